@@ -1,0 +1,58 @@
+"""The ``gpumemlab`` command: a thin dispatcher over subcommand groups.
+
+Each group module (``gpumemlab.cli.snapshots``, ``gpumemlab.cli.classroom``) defines
+``register(subparsers)``, adding its subcommands with ``set_defaults(func=...)``. A ``func``
+returns the exit status. Errors meant for the user are raised as ``CLIError`` and printed as one
+line, never as a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.classroom")
+
+
+class CLIError(Exception):
+    """An error to show the user as one line (exit status 2 unless given)."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpumemlab",
+        description="Learn, teach and investigate GPU memory management.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in GROUPS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CLIError as exc:
+        print(f"gpumemlab {args.command}: error: {exc}", file=sys.stderr)
+        return exc.status
+    except KeyboardInterrupt:
+        print("gpumemlab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

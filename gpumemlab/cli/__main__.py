@@ -1,0 +1,5 @@
+import sys
+
+from gpumemlab.cli import main
+
+sys.exit(main())
