@@ -1,0 +1,341 @@
+"""Capture the allocation trace of real torch code run on the CPU, in the snapshot trace format.
+
+``with gml.capture() as rec:`` around a forward, backward and optimizer step records every tensor
+storage that an aten op creates and every storage that dies, in order, with its size in bytes,
+the Python frames that asked for it, and a category in the names of PyTorch's memory profiler
+(``torch.profiler._memory_profiler.Category``, also what ``torch.cuda._memory_viz.profile_plot``
+puts in a trace entry's ``category``): parameter, gradient, activation, optimizer_state,
+temporary, input. The result is a trace like ``torch.cuda.memory._snapshot()["device_traces"][0]``
+(``alloc``/``free_requested``/``free_completed``), so a learner without a GPU can replay a real
+training step on a ``SimulatedGPU`` and see its block map.
+
+How: a ``TorchDispatchMode`` sees each aten op (forward, backward and optimizer ops alike) and its
+outputs; a new storage is an output storage no input shares. A ``weakref.finalize`` on the
+storage's Python object (kept 1:1 with the C++ StorageImpl by PyTorch) records its free.
+Storages that existed before the capture and are used inside it (parameters, inputs, optimizer
+state from an earlier step) are listed as allocations at the start of the trace.
+
+Not seen: workspace buffers a kernel allocates internally, storages resized in place
+(``resize_``, ``set_``), and tensors made without any aten op. Addresses are synthetic
+(a bump counter, never reused), so the trace is deterministic.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+
+__all__ = ["capture", "Capture", "CATEGORIES"]
+
+CATEGORIES = ("parameter", "gradient", "activation", "optimizer_state", "temporary", "input")
+_ADDRESS_BASE = 0x100000000
+_ALIGN = 512
+_MAX_FRAMES = 8
+
+
+class Capture:
+    """The trace recorded by ``capture()``; use ``snapshot()``, ``replay()`` or ``entries``."""
+
+    def __init__(self, model=None, optimizer=None, frames: bool = True):
+        self.model, self.optimizer, self.want_frames = model, optimizer, frames
+        self.prelude = []          # allocations that existed before capture began
+        self.entries = []          # trace entries in order
+        self._live = {}            # storage key -> [entry, finalizer, phase, alloc_index]
+        self._next_addr = _ADDRESS_BASE
+        self._phase = "other"
+        self._forward_started = False
+        self._backward_seen = 0    # number of backward phases so far
+        self._leaf_params = {}     # storage key -> weakref to a leaf tensor that requires grad
+        self._hooks = []
+        self._mode = None
+        self._active = False
+        self._frame_cache = {}
+        self._skip_files = _skip_files()
+
+    # --- the public record -----------------------------------------------------------
+    @property
+    def trace(self) -> list:
+        """All trace entries: pre-existing allocations first, then the recorded events."""
+        return self.prelude + self.entries
+
+    def snapshot(self) -> dict:
+        """A ``_snapshot()``-shaped dict holding the trace (no segments: the CPU has none)."""
+        trace = self.trace
+        for i, entry in enumerate(trace):
+            entry["time_us"] = i   # a logical clock, like the simulator's
+        return {"segments": [], "device_traces": [trace], "allocator_settings": {},
+                "external_annotations": []}
+
+    @property
+    def allocations(self) -> int:
+        return sum(1 for e in self.trace if e["action"] == "alloc")
+
+    def bytes_by_category(self) -> dict:
+        """Total bytes allocated per category over the whole trace."""
+        out = {c: 0 for c in CATEGORIES}
+        for e in self.trace:
+            if e["action"] == "alloc":
+                out[e["category"]] = out.get(e["category"], 0) + e["size"]
+        return out
+
+    def peak_live_bytes(self) -> int:
+        """The most bytes alive at once (storage sizes, no allocator rounding)."""
+        live = peak = 0
+        for e in self.trace:
+            if e["action"] == "alloc":
+                live += e["size"]
+                peak = max(peak, live)
+            elif e["action"] == "free_completed":
+                live -= e["size"]
+        return peak
+
+    def replay(self, gpu=None, **kwargs):
+        """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
+        from gpumemlab.replay import replay
+        return replay(self, gpu=gpu, **kwargs)
+
+    def __repr__(self):
+        return (f"<Capture: {self.allocations} allocations, {len(self.trace)} trace entries, "
+                f"peak {self.peak_live_bytes()} bytes live>")
+
+    # --- context manager -----------------------------------------------------------------
+    def __enter__(self):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        rec = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                return rec._on_op(func, args, kwargs or {})
+
+        self._torch = torch
+        self._active = True
+        self._register_known()
+        self._install_hooks()
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._mode.__exit__(*exc)
+        self._active = False
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        self._close_phase("other")
+        self._resolve_grads()
+        for rec in self._live.values():
+            rec[1].detach()
+            if rec[0]["category"] is None:
+                rec[0]["category"] = _settle(rec[2], alive=True, outlived=False)
+        self._live.clear()
+        self.model = self.optimizer = None   # do not keep the model alive through the record
+        return False
+
+    # --- the dispatch hook ----------------------------------------------------------------
+    def _on_op(self, func, args, kwargs):
+        torch = self._torch
+        if torch._C._current_autograd_node() is not None:
+            phase = "backward"
+        elif self._phase == "step":
+            phase = "step"           # between the optimizer's step hooks
+        elif not torch.is_grad_enabled():
+            phase = "no_grad"
+        elif self.model is not None and not self._forward_started:
+            phase = "pre"            # before the model's first forward: the batch, targets
+        else:
+            phase = "forward"
+        if phase != self._phase:
+            self._close_phase(phase)
+        seen = set()
+        for t in _tensors(args, kwargs):
+            key = _key(t)
+            if key is None:
+                continue
+            seen.add(key)
+            if key not in self._live:
+                self._adopt(t, key)
+            if t.is_leaf and t.requires_grad and key not in self._leaf_params:
+                self._leaf_params[key] = weakref.ref(t)
+        out = func(*args, **kwargs)
+        for t in _tensors(out, None):
+            key = _key(t)
+            if key is not None and key not in seen and key not in self._live:
+                self._record_alloc(t, key, phase, None)
+                seen.add(key)
+        return out
+
+    def _adopt(self, t, key):
+        """A storage made before the capture: list it as allocated at the start."""
+        category = "parameter" if (t.is_leaf and t.requires_grad) else "input"
+        self._record_alloc(t, key, "before", category, prelude=True)
+
+    def _record_alloc(self, t, key, phase, category, prelude=False):
+        storage = t.untyped_storage()
+        nbytes = storage.nbytes()
+        addr = self._next_addr
+        self._next_addr += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
+        entry = {"action": "alloc", "addr": addr, "size": nbytes, "stream": 0, "time_us": 0,
+                 "frames": self._frames() if (self.want_frames and not prelude) else [],
+                 "category": category}
+        (self.prelude if prelude else self.entries).append(entry)
+        fin = weakref.finalize(storage, self._on_free, key)
+        fin.atexit = False
+        self._live[key] = [entry, fin, phase, self._backward_seen]
+
+    def _on_free(self, key):
+        rec = self._live.pop(key, None)
+        if rec is None or not self._active:
+            return
+        entry, _fin, phase, backward_at_alloc = rec
+        if entry["category"] is None:
+            outlived = self._backward_seen > backward_at_alloc or self._phase == "backward"
+            entry["category"] = _settle(phase, alive=False, outlived=outlived)
+        for action in ("free_requested", "free_completed"):
+            self.entries.append({"action": action, "addr": entry["addr"], "size": entry["size"],
+                                 "stream": 0, "time_us": 0})
+
+    # --- phases and categories ------------------------------------------------------------
+    def _close_phase(self, new_phase):
+        old = self._phase
+        if new_phase == "backward" and old != "backward":
+            # what the forward made and still holds when backward starts was saved for it
+            for entry, _fin, phase, _b in self._live.values():
+                if entry["category"] is None and phase == "forward":
+                    entry["category"] = "activation"
+        if old == "backward" and new_phase != "backward":
+            self._backward_seen += 1
+            self._resolve_grads()
+        if old in ("step", "no_grad") and new_phase != old:
+            self._resolve_step()
+        self._phase = new_phase
+
+    def _resolve_grads(self):
+        for ref in list(self._leaf_params.values()):
+            param = ref()
+            grad = getattr(param, "grad", None) if param is not None else None
+            if grad is not None:
+                rec = self._live.get(_key(grad))
+                if rec is not None and rec[0]["category"] in (None, "temporary", "input"):
+                    rec[0]["category"] = "gradient"
+
+    def _resolve_step(self):
+        """Storages an optimizer step made and kept are its state; the rest were temporaries."""
+        state_entries = None
+        if self.optimizer is not None:
+            state_entries = set()
+            for st in self.optimizer.state.values():
+                for t in _tensors(st, None):
+                    rec = self._live.get(_key(t))
+                    if rec is not None:
+                        state_entries.add(id(rec[0]))
+        for entry, _fin, phase, _b in self._live.values():
+            if entry["category"] is None and phase in ("step", "no_grad"):
+                keep = state_entries is None or id(entry) in state_entries
+                entry["category"] = "optimizer_state" if keep else "temporary"
+
+    def _register_known(self):
+        """With a model/optimizer given, list all of their storages up front, by category."""
+        if self.model is not None:
+            for p in list(self.model.parameters()) + list(self.model.buffers()):
+                self._adopt_as(p, "parameter")
+                if getattr(p, "grad", None) is not None:
+                    self._adopt_as(p.grad, "gradient")
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                for p in group["params"]:
+                    self._adopt_as(p, "parameter")
+            for st in self.optimizer.state.values():
+                for t in _tensors(st, None):
+                    self._adopt_as(t, "optimizer_state")
+
+    def _adopt_as(self, t, category):
+        key = _key(t)
+        if key is not None and key not in self._live:
+            self._record_alloc(t, key, "before", category, prelude=True)
+        if key is not None and t.is_leaf and t.requires_grad:
+            self._leaf_params[key] = weakref.ref(t)
+
+    def _install_hooks(self):
+        if self.model is not None:
+            def pre(_m, _inp):
+                self._forward_started = True
+            self._hooks.append(self.model.register_forward_pre_hook(pre))
+        if self.optimizer is not None:
+            self._hooks.append(self.optimizer.register_step_pre_hook(
+                lambda *_: self._close_phase("step")))
+            self._hooks.append(self.optimizer.register_step_post_hook(
+                lambda *_: self._close_phase("other")))
+
+    # --- frames ---------------------------------------------------------------------------
+    def _frames(self):
+        out = []
+        f = sys._getframe(3)
+        cache, skip = self._frame_cache, self._skip_files
+        depth = 0
+        while f is not None and len(out) < _MAX_FRAMES and depth < 64:
+            code = f.f_code
+            if code.co_filename not in skip:
+                k = (code, f.f_lineno)
+                fr = cache.get(k)
+                if fr is None:
+                    fr = cache[k] = {"filename": code.co_filename, "line": f.f_lineno,
+                                     "name": code.co_name}
+                out.append(fr)
+            f = f.f_back
+            depth += 1
+        return out
+
+
+def _settle(phase, alive, outlived):
+    """The category of an allocation nobody claimed (not a gradient or optimizer state)."""
+    if phase == "forward":
+        return "activation" if (alive or outlived) else "temporary"
+    if phase in ("before", "pre"):
+        return "input"
+    return "temporary"
+
+
+def _key(t):
+    try:
+        storage = t.untyped_storage()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    if storage.nbytes() == 0:
+        return None
+    return storage._cdata
+
+
+def _tensors(obj, kwargs):
+    import torch
+    stack = [obj] if kwargs is None else [obj, kwargs]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, torch.Tensor):
+            yield x
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+
+
+def _skip_files():
+    """Files of dispatch plumbing: frames there say nothing about the learner's code."""
+    import torch
+    root = os.path.dirname(torch.__file__)
+    names = ["utils/_python_dispatch.py", "_ops.py", "nn/modules/module.py", "_tensor.py",
+             "autograd/__init__.py", "autograd/graph.py", "optim/optimizer.py",
+             "utils/_contextlib.py", "overrides.py", "_dynamo/eval_frame.py", "_compile.py"]
+    return frozenset([os.path.join(root, n) for n in names] + [os.path.abspath(__file__)])
+
+
+def capture(model=None, optimizer=None, *, frames: bool = True) -> Capture:
+    """Record the tensor allocations and frees of torch code run inside ``with``.
+
+    ``model`` and ``optimizer`` are optional: given, their parameters, buffers, gradients and
+    optimizer state are listed up front with exact categories, and the forward pass and step are
+    known exactly; without them, phases are inferred (grad mode, autograd's current node).
+    ``frames=False`` skips the Python frames (faster). Returns the ``Capture``.
+    """
+    return Capture(model=model, optimizer=optimizer, frames=frames)
