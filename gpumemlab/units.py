@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from gpumemlab.allocator.sizes import format_size  # noqa: F401  (re-exported: c10's format)
+
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -58,14 +60,3 @@ def parse_size(value, *, name: str = "size") -> int:
             raise ValueError(f"{name} {value!r} is not a whole number of bytes")
         return int(exact)
     return int(number) * factor
-
-
-def format_size(size: int) -> str:
-    """Format a byte count exactly as c10's ``format_size`` does (used in OOM messages)."""
-    if size <= 1024:
-        return f"{size} bytes"
-    if size <= 1048576:
-        return f"{size / 1024.0:.2f} KiB"
-    if size <= 1073741824:
-        return f"{size / 1048576.0:.2f} MiB"
-    return f"{size / 1073741824.0:.2f} GiB"

@@ -1,0 +1,107 @@
+"""The simulated CUDA driver under the allocator: physical capacity, cudaMalloc/cudaFree,
+cuMemAddressReserve/cuMemCreate for expandable segments, and cudaMemGetInfo.
+
+It is the only source of addresses, and it is deterministic: virtual addresses come from a
+first-fit search of a free list starting at a fixed base, aligned to 2 MiB. The real driver's
+address choice is not documented; a replay can instead dictate the next address
+(``reserve_next_address``) so that a recorded run is reproduced exactly. Not modelled: memory
+used by the CUDA context itself, other processes, and driver-side rounding of physical pages.
+"""
+from __future__ import annotations
+
+from bisect import bisect_right, insort
+
+VA_BASE = 0x7F0000000000  # a typical address of a CUDA allocation on Linux
+VA_LIMIT = VA_BASE + (1 << 46)  # 64 TiB of simulated virtual address space
+VA_ALIGN = 2097152
+
+
+class AddressInUseError(ValueError):
+    """A dictated address overlaps memory that is already mapped."""
+
+
+class CudaDriver:
+    """Physical memory of one simulated device plus its virtual address space."""
+
+    def __init__(self, total_memory: int):
+        self.total_memory = int(total_memory)
+        self.used_bytes = 0  # physical bytes handed out (cudaMalloc + mapped pages)
+        self.free_ranges = [(VA_BASE, VA_LIMIT)]  # sorted, disjoint [start, end)
+        self.next_addresses = []  # dictated addresses for the next cudaMalloc calls
+        self.segments = {}  # ptr -> size of live cudaMalloc allocations
+
+    # --- physical memory -------------------------------------------------------------
+    def mem_get_info(self) -> tuple:
+        """(free, total) bytes, like cudaMemGetInfo."""
+        return self.total_memory - self.used_bytes, self.total_memory
+
+    def can_allocate(self, nbytes: int) -> bool:
+        return self.used_bytes + nbytes <= self.total_memory
+
+    # --- cudaMalloc / cudaFree -------------------------------------------------------
+    def cuda_malloc(self, nbytes: int):
+        """Return the address of ``nbytes`` of new device memory, or None when out of memory."""
+        if not self.can_allocate(nbytes):
+            return None
+        if self.next_addresses:
+            ptr = self.next_addresses.pop(0)
+            self._take_range(ptr, nbytes)
+        else:
+            ptr = self.reserve_va(nbytes)
+        self.used_bytes += nbytes
+        self.segments[ptr] = nbytes
+        return ptr
+
+    def cuda_free(self, ptr: int) -> None:
+        nbytes = self.segments.pop(ptr)
+        self.used_bytes -= nbytes
+        self.release_va(ptr, nbytes)
+
+    def reserve_next_address(self, ptr: int) -> None:
+        """Make the next cudaMalloc return ``ptr`` (used to replay a real recording)."""
+        self.next_addresses.append(int(ptr))
+
+    # --- virtual address space (also cuMemAddressReserve/Free) ----------------------------
+    def reserve_va(self, nbytes: int) -> int:
+        span = -(-nbytes // VA_ALIGN) * VA_ALIGN
+        for i, (start, end) in enumerate(self.free_ranges):
+            if end - start >= span:
+                if end - start == span:
+                    del self.free_ranges[i]
+                else:
+                    self.free_ranges[i] = (start + span, end)
+                return start
+        raise MemoryError("simulated virtual address space exhausted")
+
+    def release_va(self, ptr: int, nbytes: int) -> None:
+        span = -(-nbytes // VA_ALIGN) * VA_ALIGN
+        insort(self.free_ranges, (ptr, ptr + span))
+        self._coalesce_around(ptr)
+
+    def _take_range(self, ptr: int, nbytes: int) -> None:
+        span = -(-nbytes // VA_ALIGN) * VA_ALIGN
+        i = bisect_right(self.free_ranges, (ptr, float("inf"))) - 1
+        if i < 0:
+            raise AddressInUseError(f"address {ptr:#x} is not free in the simulated address space")
+        start, end = self.free_ranges[i]
+        if not (start <= ptr and ptr + span <= end):
+            raise AddressInUseError(
+                f"address range {ptr:#x}+{nbytes} overlaps memory that is already mapped")
+        pieces = []
+        if start < ptr:
+            pieces.append((start, ptr))
+        if ptr + span < end:
+            pieces.append((ptr + span, end))
+        self.free_ranges[i:i + 1] = pieces
+
+    def _coalesce_around(self, ptr: int) -> None:
+        ranges = self.free_ranges
+        i = bisect_right(ranges, (ptr, float("inf"))) - 1
+        lo = max(i - 1, 0)
+        j = lo
+        while j + 1 < len(ranges) and j <= i + 1:
+            if ranges[j][1] >= ranges[j + 1][0]:
+                ranges[j] = (ranges[j][0], max(ranges[j][1], ranges[j + 1][1]))
+                del ranges[j + 1]
+            else:
+                j += 1

@@ -1,0 +1,130 @@
+"""Giving memory back to CUDA: c10's ``release_available_cached_blocks``,
+``release_cached_blocks`` (= ``emptyCache``), ``release_blocks``, ``release_block`` and
+``garbage_collect_cached_blocks``.
+
+Only whole free segments (a block with neither ``prev`` nor ``next``) can be cudaFree'd; the
+free parts of a segment that still holds a live block stay reserved. Expandable segments
+instead unmap their free pages.
+"""
+from __future__ import annotations
+
+from . import trace as tr
+from .stats import stat_types_for
+
+
+class ReleaseMixin:
+    def release_available_cached_blocks(self, p, context) -> bool:
+        """With ``max_split_size`` set: free one oversize cached block big enough for the
+        request, else the largest oversize blocks until enough is released."""
+        max_split_size = self.config.max_split_size
+        from .constants import SIZE_MAX
+        if max_split_size == SIZE_MAX:
+            return False
+        pool = p.pool
+        stream = p.stream
+        key_size = max(p.size, max_split_size)
+        keys = pool.keys
+        i = pool.lower_bound(stream, key_size)
+        if (i == len(keys) or keys[i][0] != stream
+                or pool.block_at(i).expandable_segment is not None):
+            # No single (non-expandable) block is large enough; free multiple oversize blocks,
+            # starting with the largest. Expandable blocks are skipped: their memory is
+            # returned by unmapping pages.
+            if i == 0:
+                return False
+            total_released = 0
+            i -= 1
+            while (total_released < key_size and keys[i][1] >= max_split_size
+                   and keys[i][0] == stream):
+                cur = pool.block_at(i)
+                if cur.expandable_segment is None:
+                    total_released += cur.size
+                    self.release_block(cur, context)
+                if i == 0:
+                    break
+                i -= 1
+            if total_released < key_size:
+                return False
+        else:
+            self.release_block(pool.block_at(i), context)
+        return True
+
+    def release_cached_blocks(self, context) -> bool:
+        """``emptyCache``: wait for all events, then free every whole free segment."""
+        # First ensure that all blocks that can't currently be allocated due to
+        # outstanding events are returned to the pool.
+        self.synchronize_and_free_events(context)
+        # Free all non-split cached blocks to system allocator
+        self.release_blocks(self.large_blocks, context)
+        self.release_blocks(self.small_blocks, context)
+        return True
+
+    def empty_cache(self, context=None) -> None:
+        """c10 ``emptyCache`` (``torch.cuda.empty_cache``)."""
+        self.release_cached_blocks(self._gather(tr.ALL, context))
+
+    def release_blocks(self, pool, context) -> None:
+        to_unmap = []
+        for block in pool.blocks():
+            if block.expandable_segment is not None:
+                # Unmapping mutates the pool, so gather these first.
+                to_unmap.append(block)
+            elif block.prev is None and block.next is None:
+                self.release_block(block, context)
+        for block in to_unmap:
+            self.unmap_block(block, context)
+            if block.prev is None and block.next is None:
+                self.release_expandable_segment(block)
+
+    def release_block(self, block, context) -> None:
+        """cudaFree one whole free segment."""
+        assert block.expandable_segment is None
+        stats = self.stats
+        stats.num_device_free += 1
+        self.record_trace(tr.SEGMENT_FREE, block.ptr, block.size, block.stream,
+                          context if context is not None else block.context_when_segment_allocated)
+        pool = block.pool
+        pool.erase(block)
+        self.driver.cuda_free(block.ptr)
+        self.total_allocated_memory -= block.size
+        for t in stat_types_for(pool):
+            stats.segment[t].decrease(1)
+            stats.reserved_bytes[t].decrease(block.size)
+        if block.size >= self.config.max_split_size:
+            stats.oversize_segments.decrease(1)
+
+    def garbage_collect_cached_blocks(self, context) -> None:
+        """Free old, whole, large cached segments once reserved memory passes
+        ``garbage_collection_threshold`` of the allowed maximum (no synchronization)."""
+        gc_threshold = int(self.config.garbage_collection_threshold * self.allowed_memory_maximum)
+        # No need to trigger GC yet
+        if self.total_allocated_memory <= gc_threshold:
+            return
+        target_size = self.total_allocated_memory - gc_threshold
+        gc_reclaimed = 0
+        large = self.large_blocks
+
+        def freeable(b):
+            return not b.is_split() and b.expandable_segment is None
+
+        total_age = 0
+        freeable_block_count = 0
+        for b in large.blocks():
+            if freeable(b):
+                total_age += b.gc_count()
+                freeable_block_count += 1
+        if freeable_block_count == 0:
+            return
+        block_freed = True
+        while gc_reclaimed < target_size and block_freed and freeable_block_count > 0:
+            # Free blocks of at least the average age; do not stop at the target, so that GC
+            # is not triggered again too soon.
+            age_threshold = total_age / freeable_block_count
+            block_freed = False
+            for block in large.blocks():
+                if freeable(block) and block.gc_count() >= age_threshold:
+                    block_freed = True
+                    gc_reclaimed += block.size
+                    total_age -= block.gc_count()
+                    freeable_block_count -= 1
+                    self.release_block(block, context)

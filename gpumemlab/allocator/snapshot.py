@@ -1,0 +1,91 @@
+"""Memory snapshots in PyTorch's format (c10 ``DeviceCachingAllocator::snapshot`` plus
+torch/csrc/cuda/Module.cpp's ``_snapshot`` dict building).
+
+One segment per cudaMalloc'd segment, and for expandable segments one per contiguous mapped run.
+Segments are sorted by address. A block is ``active_allocated``, ``active_pending_free`` (freed
+but waiting for another stream's events) or ``inactive`` (free, cached). As in PyTorch, taking a
+snapshot records a ``snapshot`` trace entry that shows up only in the *next* snapshot's trace.
+"""
+from __future__ import annotations
+
+from . import trace as tr
+
+
+def _frames(context) -> list:
+    return list(context) if context else []
+
+
+class SnapshotMixin:
+    def segments_snapshot(self) -> list:
+        """The ``segments`` list; records a ``snapshot`` trace entry."""
+        heads = []
+        for pool in (self.small_blocks, self.large_blocks):
+            heads.extend(pool.blocks())
+        heads.extend(self.active_blocks.values())
+        result = []
+        total_active = 0
+        for head in heads:
+            # For expandable segments, one segment for each contiguous mapped range of memory.
+            if head.prev is not None and head.prev.mapped:
+                continue
+            blocks = []
+            total_size = allocated_size = active_size = requested_size = 0
+            address = head.ptr
+            block = head
+            while block is not None and block.mapped:
+                active = block.allocated or block.event_count > 0 or bool(block.stream_uses)
+                if block.allocated:
+                    state = "active_allocated"
+                elif active:
+                    state = "active_pending_free"
+                else:
+                    state = "inactive"
+                blocks.append({
+                    "address": address,
+                    "size": block.size,
+                    "requested_size": block.requested_size,
+                    "state": state,
+                    "frames": _frames(block.context_when_allocated),
+                })
+                address += block.size
+                total_size += block.size
+                if block.allocated:
+                    allocated_size += block.size
+                if active:
+                    active_size += block.size
+                    requested_size += block.requested_size
+                block = block.next
+            total_active += active_size
+            result.append({
+                "device": head.device,
+                "address": head.ptr,
+                "total_size": total_size,
+                "allocated_size": allocated_size,
+                "active_size": active_size,
+                "requested_size": requested_size,
+                "stream": head.stream,
+                "segment_type": "small" if head.pool.is_small else "large",
+                "segment_pool_id": (0, 0),
+                "is_expandable": head.expandable_segment is not None,
+                "frames": _frames(head.context_when_segment_allocated),
+                "blocks": blocks,
+            })
+        result.sort(key=lambda seg: seg["address"])
+        self.record_trace(tr.SNAPSHOT, 0, total_active, 0, None)
+        return result
+
+    def trace(self) -> list:
+        """The recorded history as PyTorch trace-entry dicts, oldest first."""
+        return [tr.entry_to_dict(e) for e in self.alloc_buffer.get()]
+
+    def snapshot(self) -> dict:
+        """``torch.cuda.memory._snapshot()`` for this device."""
+        # As in NativeCachingAllocator::snapshot: the trace is collected before the segments.
+        device_traces = [self.trace()]
+        segments = self.segments_snapshot()
+        return {
+            "segments": segments,
+            "device_traces": device_traces,
+            "allocator_settings": self.config.settings_dict(),
+            "external_annotations": [],
+        }

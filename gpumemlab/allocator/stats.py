@@ -1,0 +1,113 @@
+"""Allocator statistics (c10 ``Stat``, ``DeviceStats``) and ``torch.cuda.memory_stats()``'s keys.
+
+Each Stat tracks ``current``, ``peak``, ``allocated`` (cumulative increase) and ``freed``
+(cumulative decrease). Array stats have one Stat per StatType: all, small_pool, large_pool.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from .constants import AGGREGATE, LARGE_POOL, SIZE_MAX, SMALL_POOL, STAT_TYPE_NAMES
+
+
+class Stat:
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = 0
+        self.peak = 0
+        self.allocated = 0
+        self.freed = 0
+
+    def increase(self, amount: int) -> None:
+        self.current += amount
+        if self.current > self.peak:
+            self.peak = self.current
+        self.allocated += amount
+
+    def decrease(self, amount: int) -> None:
+        self.current -= amount
+        if self.current < 0:
+            raise AssertionError("Negative tracked stat in CUDA allocator (likely logic error).")
+        self.freed += amount
+
+    def reset_accumulated(self) -> None:
+        self.allocated = 0
+        self.freed = 0
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def as_dict(self) -> dict:
+        return {"current": self.current, "peak": self.peak,
+                "allocated": self.allocated, "freed": self.freed}
+
+
+ARRAY_STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes",
+               "reserved_bytes", "active_bytes", "inactive_split_bytes", "requested_bytes")
+COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc",
+            "num_device_free", "num_oom_rejections")
+
+
+class DeviceStats:
+    """All statistics of one device's allocator (c10 ``DeviceStats``)."""
+
+    def __init__(self):
+        for name in ARRAY_STATS:
+            setattr(self, name, (Stat(), Stat(), Stat()))
+        self.oversize_allocations = Stat()
+        self.oversize_segments = Stat()
+        for name in COUNTERS:
+            setattr(self, name, 0)
+        self.max_split_size = -1
+
+    def reset_accumulated(self) -> None:
+        for name in ARRAY_STATS:
+            for stat in getattr(self, name):
+                stat.reset_accumulated()
+        for name in COUNTERS:
+            setattr(self, name, 0)
+        self.oversize_allocations.reset_accumulated()
+        self.oversize_segments.reset_accumulated()
+
+    def reset_peak(self) -> None:
+        for name in ARRAY_STATS:
+            for stat in getattr(self, name):
+                stat.reset_peak()
+        self.oversize_allocations.reset_peak()
+        self.oversize_segments.reset_peak()
+
+    def as_nested_dict(self) -> dict:
+        """Like ``torch.cuda.memory_stats_as_nested_dict()``."""
+        result = {name: getattr(self, name) for name in COUNTERS}
+        result["max_split_size"] = self.max_split_size
+        for name in ARRAY_STATS:
+            result[name] = {STAT_TYPE_NAMES[i]: s.as_dict() for i, s in enumerate(getattr(self, name))}
+        result["oversize_allocations"] = self.oversize_allocations.as_dict()
+        result["oversize_segments"] = self.oversize_segments.as_dict()
+        return result
+
+    def as_flat_dict(self) -> "OrderedDict[str, int]":
+        """Like ``torch.cuda.memory_stats()``: dotted keys, sorted."""
+        flat = []
+
+        def walk(prefix, obj):
+            if isinstance(obj, dict):
+                for key, value in obj.items():
+                    walk(f"{prefix}.{key}" if prefix else key, value)
+            else:
+                flat.append((prefix, obj))
+
+        walk("", self.as_nested_dict())
+        flat.sort()
+        return OrderedDict(flat)
+
+
+def stat_types_for(pool) -> tuple:
+    """``get_stat_types_for_pool``: the aggregate plus the pool's own type."""
+    return (AGGREGATE, SMALL_POOL if pool.is_small else LARGE_POOL)
+
+
+def max_split_size_stat(max_split_size: int) -> int:
+    """``static_cast<int64_t>(max_split_size)``: SIZE_MAX shows as -1."""
+    return -1 if max_split_size == SIZE_MAX else max_split_size
