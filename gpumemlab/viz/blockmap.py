@@ -1,0 +1,306 @@
+"""The block map: every segment as a band, its blocks coloured by state (``gml.show``).
+
+The picture of fragmentation: free memory (grey) scattered between allocated blocks (blue), so
+that no single gap holds a large tensor. One band per segment in address order ('seg N'), the
+small pool (requests up to 1 MiB, 2 MiB segments) drawn apart from the large pool. Band
+lengths are to scale inside a panel; when large segments span very different sizes they are
+split into panels with their own scale, each titled with its range, so a 20 MiB segment is not a
+speck next to a 20 GiB one. Blocks are drawn as a few ``PolyCollection``s (one per state), never
+one patch per block, so 100,000 blocks draw in about a second. Allocated blocks narrower than
+1/500 of a panel are widened to that hair so that no allocation disappears.
+"""
+from __future__ import annotations
+
+from gpumemlab.units import format_size
+from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
+                                   REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
+from gpumemlab.viz.source import device_segments, pick_device, read_source, settings_line
+
+PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
+MAX_LARGE_PANELS = 3
+LABEL_ROWS = 40  # name every band when a panel has at most this many
+
+
+def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=None,
+         highlight_largest: bool = True):
+    """Draw the block map of a snapshot, segment list, device or replay result.
+
+    Args:
+        ax: draw into this Axes (one shared scale, pools one after the other) instead of a new
+            figure with a panel per pool and size range.
+        request: a request size in bytes (or "2GiB"): mark the cached free block c10 would give
+            it, or say that none fits and a new segment would be needed.
+        stream: the stream of that request.
+        title: replaces the first title line (the device name).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    src = read_source(source)
+    segments = device_segments(src.snapshot, device)
+    import matplotlib.pyplot as plt
+    if ax is None:
+        panels = plan_panels(segments)
+        heights = [max(1.0, min(6.0, 0.9 + 0.22 * len(p["rows"]))) for p in panels]
+        fig = plt.figure(figsize=(10, min(11.0, 2.4 + sum(heights))), layout="constrained")
+        axes = fig.subplots(len(panels), 1, squeeze=False,
+                            gridspec_kw={"height_ratios": heights})[:, 0]
+    else:
+        panels = plan_panels(segments, single=True)
+        fig, axes = ax.figure, [ax]
+    info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
+                         highlight_largest=highlight_largest)
+    name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
+    from gpumemlab.metrics import segment_figures
+    figs = segment_figures(segments, src.rules, stream=stream)
+    import textwrap
+    head = "\n".join(textwrap.wrap(
+        f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
+        f"{format_size(figs['allocated_bytes'])} in {len(segments)} segments", 100) +
+        textwrap.wrap(settings_line(src.settings), 100))
+    foot = (f"free cached {format_size(figs['free_bytes'])} in {figs['free_blocks']} blocks, "
+            f"largest {format_size(figs['largest_free_block_bytes'])} (external fragmentation "
+            f"{100 * figs['external_fragmentation']:.1f}%); rounding waste "
+            f"{format_size(figs['rounding_waste_bytes'])}")
+    if info["request_text"]:
+        foot += "\n" + info["request_text"]
+    if ax is None:
+        fig.suptitle(head, fontsize=11)
+        _legend(fig, info, foot)
+    else:
+        ax.set_title(head, fontsize=10)
+        ax.legend(handles=_legend_handles(info), fontsize=7, loc="upper right")
+        ax.set_xlabel(ax.get_xlabel() + "\n" + foot, fontsize=8)
+    fig.gml_blockmap = info  # what was drawn, for tests and the player
+    return fig
+
+
+def plan_panels(segments, *, single: bool = False) -> list:
+    """Group segments into panels: the large pool by size range (at most 3), then the small pool.
+
+    Each panel is a dict: title, rows (segment numbers in address order) and max_bytes (scale).
+    """
+    if single or not segments:
+        rows = sorted(range(len(segments)),
+                      key=lambda i: (segments[i].get("segment_type") == "small", i))
+        top = max((s["total_size"] for s in segments), default=0)
+        return [{"title": "all segments" if segments else "no segments: nothing reserved",
+                 "rows": rows, "max_bytes": top}]
+    large = [i for i, s in enumerate(segments) if s.get("segment_type") != "small"]
+    small = [i for i, s in enumerate(segments) if s.get("segment_type") == "small"]
+    groups = []
+    remaining = sorted(large, key=lambda i: -segments[i]["total_size"])
+    while remaining:
+        top = segments[remaining[0]]["total_size"]
+        if len(groups) == MAX_LARGE_PANELS - 1:
+            group, remaining = remaining, []
+        else:
+            group = [i for i in remaining if segments[i]["total_size"] * PANEL_RATIO >= top]
+            remaining = [i for i in remaining if segments[i]["total_size"] * PANEL_RATIO < top]
+        groups.append(sorted(group))
+    panels = []
+    for group in groups:
+        sizes = [segments[i]["total_size"] for i in group]
+        span = format_size(max(sizes)) if min(sizes) == max(sizes) else \
+            f"{format_size(min(sizes))} to {format_size(max(sizes))}"
+        scale = " (own scale)" if len(groups) > 1 else ""
+        panels.append({"title": f"large pool: {len(group)} segment(s) of {span}{scale}",
+                       "rows": group, "max_bytes": max(sizes)})
+    if small:
+        top = max(segments[i]["total_size"] for i in small)
+        panels.append({"title": f"small pool (requests up to 1 MiB): {len(small)} segment(s) "
+                                f"of {format_size(top)}", "rows": small, "max_bytes": top})
+    return panels
+
+
+def block_rects(segments, rows):
+    """Rectangles per category for the given segment numbers: {category: (row, x0, x1) lists}.
+
+    Offsets are bytes from the segment start; ``row`` is the band's position in ``rows``.
+    """
+    rects = {name: ([], [], []) for name in BLOCK_STYLE}
+    for pos, index in enumerate(rows):
+        seg = segments[index]
+        offset = 0
+        for block in seg["blocks"]:
+            size, state = block["size"], block["state"]
+            if state == "active_allocated":
+                used = min(block.get("requested_size", size), size)
+                _push(rects["requested"], pos, offset, offset + used)
+                if used < size:
+                    _push(rects["rounding"], pos, offset + used, offset + size)
+            else:
+                _push(rects["pending" if state == "active_pending_free" else "free"],
+                      pos, offset, offset + size)
+            offset += size
+    return rects
+
+
+def _push(target, row, x0, x1):
+    target[0].append(row)
+    target[1].append(x0)
+    target[2].append(x1)
+
+
+def _polys(rows, x0, x1, unit, height=0.8, min_width=0.0):
+    import numpy as np
+    y = np.asarray(rows, dtype=float)
+    a = np.asarray(x0, dtype=float) / unit
+    b = np.maximum(np.asarray(x1, dtype=float) / unit, a + min_width)
+    lo, hi = y - height / 2, y + height / 2
+    return np.stack([np.stack([a, lo], -1), np.stack([a, hi], -1),
+                     np.stack([b, hi], -1), np.stack([b, lo], -1)], axis=1)
+
+
+def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
+                  highlight_largest=True) -> dict:
+    """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit)."""
+    from matplotlib.collections import LineCollection, PolyCollection
+    from matplotlib.ticker import FuncFormatter
+    from gpumemlab.metrics import find_fit
+    largest = _largest_free(segments) if highlight_largest else None
+    fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
+    info = {"panels": panels, "largest": largest, "fit": fit, "request": request,
+            "expandable": any(s.get("is_expandable") for s in segments), "request_text": ""}
+    for ax, panel in zip(axes, panels):
+        rows = panel["rows"]
+        unit, unit_name = unit_for(max(panel["max_bytes"], 1))
+        many = len(rows) > LABEL_ROWS
+        rects = block_rects(segments, rows)
+        n_blocks = sum(len(r[0]) for r in rects.values())
+        for name, (colour, label) in BLOCK_STYLE.items():
+            r, a, b = rects[name]
+            if r:
+                # a 512 B tensor in a 2 GiB band would be invisible: widen used blocks to a
+                # hair (1/500 of the axis) so that every allocation shows
+                min_width = 0.0 if name == "free" else panel["max_bytes"] / unit / 500
+                coll = PolyCollection(_polys(r, a, b, unit, min_width=min_width),
+                                      facecolors=colour, edgecolors="none",
+                                      linewidths=0, label=label)
+                coll.set_gid(f"blocks:{name}")
+                ax.add_collection(coll, autolim=False)
+        if n_blocks <= 5000 and rows:
+            _block_edges(ax, segments, rows, unit, LineCollection)
+        _segment_outlines(ax, segments, rows, unit, PolyCollection)
+        if largest and largest["segment"] in rows:
+            _outline(ax, rows.index(largest["segment"]), largest["offset_bytes"],
+                     largest["size_bytes"], unit, LARGEST_FREE_EDGE, "largest", 2.2)
+        if fit and fit["segment"] in rows:
+            _outline(ax, rows.index(fit["segment"]), fit["offset_bytes"], fit["take_bytes"],
+                     unit, REQUEST_COLOUR, "request", 2.0, hatch="///")
+        ax.set_xlim(0, max(panel["max_bytes"], 1) / unit)
+        ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # seg 0 at the top
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(f"offset within segment ({unit_name})", fontsize=8)
+        ax.set_title(panel["title"], fontsize=9, loc="left")
+        ax.tick_params(labelsize=7)
+        if many:
+            ax.set_ylabel("segments, address order", fontsize=8)
+            ax.set_yticks([])
+        else:
+            ax.set_yticks(range(len(rows)))
+            ax.set_yticklabels([f"seg {i}  {format_size(segments[i]['total_size'])}"
+                                for i in rows], fontsize=7)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    if request is not None:
+        info["request_text"] = request_verdict(fit, segments, rules, request, stream)
+    return info
+
+
+def request_verdict(fit, segments, rules, request, stream) -> str:
+    """One sentence: where the request goes, or why it needs a new segment."""
+    from gpumemlab.units import parse_size
+    request = parse_size(request, name="request")
+    if fit is not None:
+        return (f"a {format_size(request)} request fits: best-fit cached block of "
+                f"{format_size(fit['block_bytes'])} at seg {fit['segment']} "
+                f"+{format_size(fit['offset_bytes'])} (hatched)")
+    rounded = rules.round_size(request)
+    pool = rules.pool(rounded)
+    free = [b["size"] for s in segments if s.get("segment_type", "large") == pool
+            and s.get("stream", 0) == stream for b in s["blocks"] if b["state"] == "inactive"]
+    return (f"a {format_size(request)} request fits no cached free block: the {pool} pool has "
+            f"{format_size(sum(free))} free but its largest block is "
+            f"{format_size(max(free, default=0))}, so c10 would cudaMalloc a new "
+            f"{format_size(rules.allocation_size(rounded))} segment")
+
+
+def _largest_free(segments):
+    best = None
+    for index, seg in enumerate(segments):
+        offset = 0
+        for block in seg["blocks"]:
+            if block["state"] == "inactive" and (best is None or block["size"] > best[0]):
+                best = (block["size"], index, offset)
+            offset += block["size"]
+    if best is None:
+        return None
+    return {"size_bytes": best[0], "segment": best[1], "offset_bytes": best[2]}
+
+
+def _block_edges(ax, segments, rows, unit, LineCollection):
+    # thin white lines where one block ends and the next begins, so neighbours stay apart
+    lines = []
+    for pos, index in enumerate(rows):
+        offset = 0
+        for block in segments[index]["blocks"][:-1]:
+            offset += block["size"]
+            lines.append(((offset / unit, pos - 0.4), (offset / unit, pos + 0.4)))
+    if lines:
+        coll = LineCollection(lines, colors="white", linewidths=0.8)
+        coll.set_gid("block_edges")
+        ax.add_collection(coll, autolim=False)
+
+
+def _segment_outlines(ax, segments, rows, unit, PolyCollection):
+    # with hundreds of thin bands, dark outlines would paint over the blocks: skip plain ones
+    dense = len(rows) > 150
+    plain = [] if dense else [(pos, segments[i]["total_size"]) for pos, i in enumerate(rows)
+                              if not segments[i].get("is_expandable")]
+    expandable = [(pos, segments[i]["total_size"]) for pos, i in enumerate(rows)
+                  if segments[i].get("is_expandable")]
+    for group, colour, style, gid in ((plain, SEGMENT_EDGE, "solid", "segments"),
+                                      (expandable, EXPANDABLE_EDGE, "dashed", "segments:expandable")):
+        if group:
+            verts = _polys([p for p, _ in group], [0] * len(group), [s for _, s in group], unit)
+            coll = PolyCollection(verts, facecolors="none", edgecolors=colour,
+                                  linewidths=0.6 if gid == "segments" or dense else 1.4,
+                                  linestyles="solid" if dense else style)
+            coll.set_gid(gid)
+            ax.add_collection(coll, autolim=False)
+
+
+def _outline(ax, row, offset, size, unit, colour, gid, width, hatch=None):
+    from matplotlib.patches import Rectangle
+    rect = Rectangle((offset / unit, row - 0.45), size / unit, 0.9, fill=False,
+                     edgecolor=colour, linewidth=width, hatch=hatch, zorder=5)
+    rect.set_gid(gid)
+    ax.add_patch(rect)
+
+
+def _legend_handles(info):
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
+    if info["expandable"]:
+        handles.append(Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
+                             label="expandable segment"))
+    if info["largest"]:
+        lg = info["largest"]
+        handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                             label=f"largest free block: {format_size(lg['size_bytes'])} "
+                                   f"(seg {lg['segment']})"))
+    if info["fit"]:
+        handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
+                             label=f"where the {format_size(info['fit']['request_bytes'])} "
+                                   f"request would go"))
+    elif info["request"] is not None:
+        handles.append(Line2D([], [], color=REQUEST_COLOUR, marker="x", linestyle="none",
+                              label="the request fits no cached block"))
+    return handles
+
+
+def _legend(fig, info, foot):
+    fig.legend(handles=_legend_handles(info), loc="outside lower center", ncols=3, fontsize=8,
+               frameon=False, title=foot, title_fontsize=8)

@@ -1,0 +1,142 @@
+"""Memory over time (``gml.timeline``): allocated, reserved and requested bytes event by event.
+
+The gap between the reserved and allocated curves is the cache; when reserved climbs while
+allocated does not, fragmentation is at work. Peaks are marked, releases of whole segments
+(``empty_cache``, or the OOM path) drawn as grey rules, and OOMs as red crosses. Several
+replays of one workload (say, with and without ``expandable_segments``) can share one axis.
+Accepts a snapshot with history (``device_traces``), a device, a :class:`History`, a replay
+result (an object with ``.timeline``: dicts with event, action, allocated_bytes,
+reserved_bytes, requested_bytes), such a list of dicts, or a list of any of these to compare.
+"""
+from __future__ import annotations
+
+from gpumemlab.units import format_size
+from gpumemlab.viz.palette import COMPARE_COLOURS, OKABE_ITO, SERIES_STYLE, unit_for
+
+RELEASE_ACTIONS = ("segment_free", "segment_unmap")
+
+
+def timeline_data(source, label=None) -> dict:
+    """One run as plain lists: event, action and the three byte series, plus its label."""
+    from gpumemlab.viz.history import History
+    rows = None
+    capacity = getattr(source, "total_memory", None)
+    if isinstance(source, History):
+        rows = source.timeline()
+        capacity = source.source.total_memory
+    elif _is_rows(source):
+        rows = list(source)
+    elif not isinstance(source, dict) and isinstance(getattr(source, "timeline", None), list):
+        rows = source.timeline
+    if rows is None:
+        history = History(source)
+        rows, capacity = history.timeline(), history.source.total_memory
+    for i, row in enumerate(rows[:1]):
+        missing = [k for k in ("allocated_bytes", "reserved_bytes") if k not in row]
+        if missing:
+            raise ValueError(f"timeline row {i} lacks {missing}: expected dicts with event, "
+                             f"action, allocated_bytes, reserved_bytes, requested_bytes")
+    label = label or str(getattr(source, "label", "") or getattr(source, "alloc_conf", "") or "")
+    return {
+        "label": label,
+        "event": [row.get("event", i) for i, row in enumerate(rows)],
+        "action": [row.get("action", "") for row in rows],
+        **{name: [row.get(name, 0) or 0 for row in rows] for name in SERIES_STYLE},
+        "total_memory": capacity if isinstance(capacity, int) else None,
+    }
+
+
+def _is_rows(obj) -> bool:
+    return isinstance(obj, (list, tuple)) and bool(obj) and isinstance(obj[0], dict) \
+        and "reserved_bytes" in obj[0]
+
+
+def timeline(source, ax=None, *, labels=None, cursor=None):
+    """Plot memory over the events of one run, or compare several runs (a list) on one axis.
+
+    Args:
+        labels: names for the runs when comparing (default: each run's label or alloc_conf).
+        cursor: an event index to mark with a vertical line (the player's position).
+
+    Returns:
+        The matplotlib Figure (``fig.gml_timeline`` holds the plotted data).
+    """
+    compare = isinstance(source, (list, tuple)) and not _is_rows(source) and bool(source) \
+        and not isinstance(source[0], dict)
+    runs = list(source) if compare else [source]
+    if labels is not None and len(labels) != len(runs):
+        raise ValueError(f"got {len(labels)} labels for {len(runs)} runs")
+    data = [timeline_data(run, labels[i] if labels else None) for i, run in enumerate(runs)]
+    for i, d in enumerate(data):
+        d["label"] = d["label"] or (f"run {i}" if compare else "")
+    import matplotlib.pyplot as plt
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
+    else:
+        fig = ax.figure
+    draw_timeline(ax, data, compare=compare, cursor=cursor)
+    fig.gml_timeline = data
+    return fig
+
+
+def draw_timeline(ax, data, *, compare=False, cursor=None) -> None:
+    """Draw runs into ``ax``; used by :func:`timeline` and the player."""
+    from matplotlib.ticker import FuncFormatter
+    top = max([max(d["reserved_bytes"] + d["allocated_bytes"] + [0]) for d in data] +
+              [d["total_memory"] or 0 for d in data] + [1])
+    unit, unit_name = unit_for(top)
+    for i, d in enumerate(data):
+        x = d["event"]
+        if compare:
+            colour = COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
+            peak = max(d["reserved_bytes"], default=0)
+            ax.plot(x, [v / unit for v in d["reserved_bytes"]], color=colour, lw=1.6,
+                    drawstyle="steps-post", gid=f"reserved:{i}",
+                    label=f"{d['label']}: reserved (peak {format_size(peak)})")
+            ax.plot(x, [v / unit for v in d["allocated_bytes"]], color=colour, lw=1.0, ls=":",
+                    drawstyle="steps-post", gid=f"allocated:{i}", label=f"{d['label']}: allocated")
+        else:
+            for name, (colour, label, style) in SERIES_STYLE.items():
+                if name != "requested_bytes" and d[name]:
+                    k = _peak(d[name])
+                    label += f" (peak {format_size(d[name][k])} at event {d['event'][k]})"
+                    ax.plot([d["event"][k]], [d[name][k] / unit], marker="o", color=colour,
+                            ms=5, gid=f"peak:{name}", linestyle="none")
+                ax.plot(x, [v / unit for v in d[name]], color=colour, ls=style, lw=1.4,
+                        drawstyle="steps-post", gid=name, label=label)
+        _mark_events(ax, d, unit, colour=COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
+                     if compare else OKABE_ITO["vermillion"], first=(i == 0))
+    capacity = next((d["total_memory"] for d in data if d["total_memory"]), None)
+    if capacity:
+        ax.axhline(capacity / unit, color="black", ls="--", lw=0.8, gid="capacity",
+                   label=f"device capacity {format_size(capacity)}")
+    if cursor is not None:
+        ax.axvline(cursor, color="black", lw=1.0, gid="cursor")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel(f"memory ({unit_name})")
+    ax.set_xlabel("event (trace entry)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("memory over the trace" + (": comparison" if compare else ""),
+                 fontsize=10, loc="left")
+    ax.legend(fontsize=7, loc="upper left", ncols=2 if compare else 1)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _peak(values) -> int:
+    """Index of the first event that reaches the maximum."""
+    return max(range(len(values)), key=values.__getitem__)
+
+
+def _mark_events(ax, d, unit, *, colour, first) -> None:
+    releases = [x for x, a in zip(d["event"], d["action"]) if a in RELEASE_ACTIONS]
+    # a burst of segment_free entries is one empty_cache call: draw one rule per burst
+    bursts = [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1]
+    for j, x in enumerate(bursts):
+        ax.axvline(x, color="#999999", lw=0.8, gid="release",
+                   label="segments released (empty_cache / OOM path)" if first and j == 0 else None)
+    ooms = [(x, r) for x, a, r in zip(d["event"], d["action"], d["reserved_bytes"]) if a == "oom"]
+    if ooms:
+        ax.plot([x for x, _ in ooms], [r / unit for _, r in ooms], marker="X", ms=9,
+                color=colour, linestyle="none", gid="oom",
+                label=f"{d['label'] + ': ' if d['label'] else ''}out of memory")
