@@ -6,6 +6,7 @@ from .block import Block, BlockPool
 from .caching_allocator import AllocParams, DeviceCachingAllocator
 from .config import (ENV_VARS, AllocatorConfig, AllocatorConfigError, alloc_conf_from_environ,
                      parse_alloc_conf)
+from .constants import ONE_EXA_BYTES as ONE_EXA_BYTES_ALIAS
 from .constants import (K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,
                         K_SMALL_BUFFER, K_SMALL_SIZE, PYTORCH_REF, SIZE_MAX)
 from .driver import AddressInUseError, CudaDriver

@@ -79,6 +79,7 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         self.record_history = False
         self.record_context_ = tr.NEVER
         self.clock = 0
+        self.oversize_stats_exact = True
         self.record_history_settings(record_history, context=record_context, max_entries=max_entries)
         # The per_process_memory_fraction setting is read once, when the allocator is built.
         self.set_memory_fraction(self.config.per_process_memory_fraction)
@@ -98,9 +99,16 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
             self.alloc_buffer.clear()
 
     def set_allocator_settings(self, env: str) -> None:
-        """``torch.cuda.memory._set_allocator_settings``: parse onto the current settings."""
+        """``torch.cuda.memory._set_allocator_settings``: parse onto the current settings.
+
+        As in c10, ``memory_stats()["max_split_size"]`` keeps the value the allocator was built
+        with, and the oversize counters use whatever threshold is in force at each event (so
+        they are only exact while max_split_size is unchanged).
+        """
+        before = self.config.max_split_size
         self.config.apply(env)
-        self.stats.max_split_size = max_split_size_stat(self.config.max_split_size)
+        if self.config.max_split_size != before:
+            self.oversize_stats_exact = False
 
     def set_memory_fraction(self, fraction: float) -> None:
         """c10 ``setMemoryFraction``: cap reserved memory at ``fraction`` of the device.

@@ -26,9 +26,9 @@ class Stat:
         self.allocated += amount
 
     def decrease(self, amount: int) -> None:
+        # c10 only asserts current >= 0 in debug builds; oversize counters can drift below 0 when
+        # max_split_size changes at run time, and the release build lets them.
         self.current -= amount
-        if self.current < 0:
-            raise AssertionError("Negative tracked stat in CUDA allocator (likely logic error).")
         self.freed += amount
 
     def reset_accumulated(self) -> None:
