@@ -1,0 +1,341 @@
+"""Replay a recorded allocation trace on the allocator model, as recorded or under other settings.
+
+Follows ALLOCATOR_SPEC.md §9. The source is a snapshot with history (a dict, or a file that
+``load_snapshot`` reads: ``torch.cuda.memory._dump_snapshot`` output) or a ``Capture``.
+
+* **Faithful replay** (``alloc_conf=None``, a snapshot): the start state is rebuilt
+  (``replay_state``), each recorded ``segment_alloc`` dictates the address of the model's next
+  cudaMalloc (``driver.reserve_next_address``), and every ``alloc`` is checked: the model must
+  pick the recorded address. ``address_mismatches == 0`` means the model reproduced the run.
+* **What-if** (another ``alloc_conf`` and/or ``total_memory``, or a capture): the same
+  alloc/free sequence runs with addresses chosen by the model, starting from the allocations that
+  were live when recording began (cached free memory is not carried over). A recorded ``oom``
+  is retried: it shows whether the new settings would have avoided it.
+
+Frees are replayed at ``free_completed`` (when the real allocator made the block reusable);
+``segment_free`` bursts outside a malloc are replayed as ``empty_cache()``. Not modelled: events
+the trace cannot show (``record_stream`` timing beyond free_requested/free_completed), CUDA graph
+private pools, and a memory fraction set with ``set_per_process_memory_fraction`` (not recorded).
+"""
+from __future__ import annotations
+
+import os
+import time
+from array import array
+
+from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
+from gpumemlab.allocator.driver import VA_BASE, VA_LIMIT, AddressInUseError
+from gpumemlab.replay_state import build_start_state, scan_start_state
+from gpumemlab.snapshot_io import SnapshotError, load_snapshot, normalize_snapshot
+
+__all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
+
+UNLIMITED_BYTES = 1 << 42          # "no capacity limit": 4 TiB (leaves the model address space)
+_PROGRESS_EVERY = 1 << 16
+
+
+class ReplayError(ValueError):
+    """The source cannot be replayed (no trace, unknown device, ...)."""
+
+
+class Timeline:
+    """Allocated, reserved and requested bytes after every replayed trace entry (parallel arrays)."""
+
+    __slots__ = ("allocated", "reserved", "requested")
+
+    def __init__(self):
+        self.allocated, self.reserved, self.requested = array("q"), array("q"), array("q")
+
+    def __len__(self):
+        return len(self.allocated)
+
+    def as_dict(self) -> dict:
+        return {"allocated": list(self.allocated), "reserved": list(self.reserved),
+                "requested": list(self.requested)}
+
+
+class ReplayResult:
+    """What a replay found. ``oom`` is None or a dict: index, entry, size, message."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    @property
+    def snapshot(self) -> dict:
+        """The final state as a ``_snapshot()`` dict (computed once)."""
+        if self._snapshot is None:
+            self._snapshot = self.allocator.snapshot()
+        return self._snapshot
+
+    @property
+    def reproduced(self) -> bool:
+        """True when every allocation landed on its recorded address (faithful replays only)."""
+        return bool(self.faithful and self.address_mismatches == 0 and not self.start_problems)
+
+    def __repr__(self):
+        oom = "no OOM" if self.oom is None else f"OOM at entry {self.oom['index']}"
+        mism = ("" if self.address_mismatches is None
+                else f", {self.address_mismatches} address mismatches")
+        return (f"<ReplayResult {self.alloc_conf or 'default settings'!r}: {self.allocations} "
+                f"allocations, peak reserved {self.peak_reserved} bytes, {oom}{mism}>")
+
+
+def recorded_alloc_conf(snapshot: dict) -> str:
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` string a snapshot was recorded under ("" = defaults)."""
+    settings = snapshot.get("allocator_settings") or {}
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
+    if conf:
+        return str(conf)
+    parts = []   # no string kept: rebuild from the decoded fields
+    mss = settings.get("max_split_size", -1)
+    if isinstance(mss, int) and mss > 0:
+        parts.append(f"max_split_size_mb:{mss // (1024 * 1024)}")
+    if settings.get("expandable_segments"):
+        parts.append("expandable_segments:True")
+    gc = settings.get("garbage_collection_threshold") or 0
+    if gc:
+        parts.append(f"garbage_collection_threshold:{gc}")
+    return ",".join(parts)
+
+
+def _source(source, device):
+    """-> (trace entries, final segments of that device, snapshot or None, name)."""
+    from gpumemlab.capture import Capture
+    if isinstance(source, Capture):
+        return source.trace, [], None, "capture"
+    if isinstance(source, (str, os.PathLike)):
+        snap = load_snapshot(source)
+        name = os.fspath(source)
+    elif isinstance(source, (dict, list)):
+        snap, _notes = normalize_snapshot(source, source="replay source")
+        name = "snapshot"
+    elif callable(getattr(source, "snapshot", None)):
+        snap, _notes = normalize_snapshot(source.snapshot(), source="replay source")
+        name = type(source).__name__
+    else:
+        raise ReplayError(f"replay needs a snapshot (dict or file) or a capture, "
+                          f"not {type(source).__name__}")
+    traces = snap["device_traces"]
+    if device is None:
+        device = next((d for d, t in enumerate(traces) if t), None)
+        if device is None:
+            raise ReplayError(f"{name}: the snapshot has no trace to replay (record it with "
+                              f"torch.cuda.memory._record_memory_history(enabled='all'))")
+    if not 0 <= device < len(traces):
+        raise ReplayError(f"{name}: no trace for device {device} ({len(traces)} device traces)")
+    if len(traces[device]) <= 1 and any(e["action"] == "snapshot" for e in traces[device]):
+        raise ReplayError(f"{name}: recorded with enabled='state' (no history): nothing to replay")
+    segments = [s for s in snap["segments"] if s["device"] == device]
+    return traces[device], segments, snap, name
+
+
+def _address_shift(segments, trace):
+    """An offset moving recorded addresses into the simulated driver's address range."""
+    addrs = [s["address"] for s in segments]
+    addrs += [e["addr"] for e in trace if e["action"] == "segment_alloc"]
+    if not addrs or (min(addrs) >= VA_BASE and max(addrs) < VA_LIMIT - (1 << 40)):
+        return 0
+    shift = VA_BASE - (min(addrs) & ~(2 * 1024 * 1024 - 1))
+    if max(addrs) + shift >= VA_LIMIT - (1 << 40):
+        raise ReplayError("recorded addresses span more address space than the model has")
+    return shift
+
+
+def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
+           history: bool = False, stop_on_oom: bool = True, progress=None) -> ReplayResult:
+    """Replay ``source`` on the allocator model and return a :class:`ReplayResult`.
+
+    Args:
+        source: a snapshot dict or file with history, or a ``Capture``.
+        alloc_conf: a ``PYTORCH_CUDA_ALLOC_CONF`` string for a what-if; None = as recorded.
+        total_memory: device capacity (bytes or "80GiB"); None = the recording's if it had an
+            OOM (reserved + free at that moment), else unlimited.
+        gpu: a ``SimulatedGPU`` to run on (its allocator, settings and capacity are used and
+            it keeps the final state); default a fresh allocator.
+        device: which device's trace to replay (default: the first with a trace).
+        history: record the replay's own trace into the final snapshot (slower).
+        stop_on_oom: stop at the first allocation that runs out of memory.
+        progress: called as ``progress(done, total)`` every 65536 entries.
+    """
+    trace, segments, snap, name = _source(source, device)
+    is_capture = snap is None
+    recorded_conf = "" if is_capture else recorded_alloc_conf(snap)
+    faithful = not is_capture and alloc_conf is None and gpu is None
+    conf = recorded_conf if alloc_conf is None else str(alloc_conf)
+    capacity = _capacity(total_memory, trace, segments)
+    if gpu is not None:
+        alloc = gpu.allocator
+        conf, capacity = alloc.config.last_allocator_settings or "", alloc.total_memory
+    else:
+        try:
+            config = AllocatorConfig.parse(conf)
+        except Exception as exc:
+            raise ReplayError(f"alloc_conf {conf!r}: {exc}") from None
+        alloc = DeviceCachingAllocator(capacity, config=config, record_history=False)
+    shift = _address_shift(segments, trace) if faithful else 0
+    translate = (lambda a: a + shift) if shift else (lambda a: a)
+    start = scan_start_state(segments, trace, alloc.config)
+    notes = list(start.notes)
+    if faithful:
+        live, start_problems = build_start_state(alloc, start, translate)
+    else:
+        live, start_problems = _start_whatif(alloc, start), []
+    if gpu is None:   # the rebuild is not part of the recording; a learner's gpu is left alone
+        alloc.reset_peak_stats()
+        alloc.reset_accumulated_stats()
+    if history:
+        alloc.record_history_settings(True)
+    t0 = time.perf_counter()
+    run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress)
+    elapsed = time.perf_counter() - t0
+    if run["unknown_frees"]:
+        notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
+                     f"(ignored)")
+    if run["double_allocs"]:
+        notes.append(f"{run['double_allocs']} allocations at an address that was still live")
+    stats = alloc.stats
+    return ReplayResult(
+        source=name, alloc_conf=conf, recorded_alloc_conf=recorded_conf,
+        total_memory=capacity, faithful=faithful, allocator=alloc, _snapshot=None,
+        timeline=run["timeline"], peak_reserved=stats.reserved_bytes[0].peak,
+        peak_allocated=stats.allocated_bytes[0].peak, oom=run["oom"],
+        allocations=run["allocations"],
+        address_mismatches=None if is_capture else run["mismatches"],
+        entries=len(trace), replayed=run["replayed"], start_problems=start_problems,
+        notes=notes, elapsed_s=elapsed, address_shift=shift)
+
+
+def _capacity(total_memory, trace, segments):
+    if total_memory is not None:
+        from gpumemlab.units import parse_size
+        return parse_size(total_memory, name="total_memory")
+    # an OOM in the recording tells the device size: reserved then + what the driver had free
+    for e in trace:
+        if e["action"] == "oom":
+            return _reserved_at_first_oom(trace, segments) + e["device_free"]
+    return UNLIMITED_BYTES
+
+
+def _reserved_at_first_oom(trace, segments):
+    delta = 0
+    for e in trace:
+        a = e["action"]
+        if a == "oom":
+            break
+        if a in ("segment_alloc", "segment_map"):
+            delta += e["size"]
+        elif a in ("segment_free", "segment_unmap"):
+            delta -= e["size"]
+    # final reserved minus the whole trace's change gives reserved at the start
+    total_delta = sum(e["size"] if e["action"] in ("segment_alloc", "segment_map") else -e["size"]
+                      for e in trace if e["action"] in ("segment_alloc", "segment_map",
+                                                        "segment_free", "segment_unmap"))
+    start = sum(s["total_size"] for s in segments) - total_delta
+    return max(start + delta, 0)
+
+
+def _start_whatif(alloc, start):
+    """Allocations live at the start, made in address order with the model's own addresses."""
+    live = {}
+    for addr in sorted(start.live):
+        p = start.live[addr]
+        live[addr] = alloc.malloc(p.requested_size or p.size, 0)
+    return live
+
+
+def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
+    """The hot loop: one pass over the trace, no per-entry copies."""
+    timeline = Timeline()
+    t_alloc, t_res, t_req = timeline.allocated.append, timeline.reserved.append, \
+        timeline.requested.append
+    stats = alloc.stats
+    s_alloc, s_res, s_req = stats.allocated_bytes[0], stats.reserved_bytes[0], stats.requested_bytes[0]
+    malloc, free = alloc.malloc, alloc.free
+    next_addresses = alloc.driver.next_addresses
+    driver_segments = alloc.driver.segments
+    mismatches = allocations = unknown_frees = double_allocs = 0
+    oom = None
+    pending_segment = None
+    n = len(trace)
+    i = 0
+    while i < n:
+        e = trace[i]
+        action = e["action"]
+        if action == "alloc":
+            if faithful and pending_segment is not None:
+                next_addresses[:] = [translate(pending_segment)]
+            addr = e["addr"]
+            try:
+                try:
+                    blk = malloc(e["size"], e["stream"])
+                except AddressInUseError:
+                    next_addresses.clear()          # the model's own choice took that range
+                    blk = malloc(e["size"], e["stream"])
+            except OutOfMemoryError as exc:
+                next_addresses.clear()
+                oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
+                if stop_on_oom:
+                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+                    i += 1
+                    break
+                blk = None
+            if next_addresses:
+                next_addresses.clear()              # recorded a cudaMalloc, the model did not
+            pending_segment = None
+            if blk is not None:
+                allocations += 1
+                if faithful and blk.ptr != translate(addr):
+                    mismatches += 1
+                elif not faithful and blk.ptr != addr:
+                    mismatches += 1
+                if addr in live:
+                    double_allocs += 1
+                live[addr] = blk
+        elif action == "free_completed":
+            blk = live.pop(e["addr"], None)
+            if blk is None:
+                unknown_frees += 1
+            else:
+                free(blk)
+        elif action == "segment_alloc":
+            pending_segment = e["addr"]
+        elif action == "segment_free":
+            j = i
+            while j + 1 < n and trace[j + 1]["action"] == "segment_free":
+                j += 1
+            after = trace[j + 1]["action"] if j + 1 < n else None
+            if after not in ("segment_alloc", "oom", "segment_map"):
+                alloc.empty_cache()                # a burst outside malloc: empty_cache()
+            if faithful:
+                for k in range(i, j + 1):
+                    if translate(trace[k]["addr"]) in driver_segments and \
+                            after not in ("segment_alloc", "oom", "segment_map"):
+                        mismatches += 1
+            for _ in range(i, j):
+                _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+            i = j
+        elif action == "oom":
+            # the recording ran out of memory here: try the same (rounded) request
+            try:
+                blk = malloc(e["size"], e["stream"])
+                free(blk)                           # these settings would have coped
+            except OutOfMemoryError as exc:
+                oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
+                if stop_on_oom:
+                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+                    i += 1
+                    break
+        _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+        i += 1
+        if progress is not None and i % _PROGRESS_EVERY == 0:
+            progress(i, n)
+    if progress is not None:
+        progress(i, n)
+    return {"timeline": timeline, "oom": oom, "allocations": allocations, "mismatches": mismatches,
+            "unknown_frees": unknown_frees, "double_allocs": double_allocs, "replayed": i}
+
+
+def _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req):
+    t_alloc(s_alloc.current)
+    t_res(s_res.current)
+    t_req(s_req.current)
