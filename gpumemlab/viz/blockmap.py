@@ -155,57 +155,78 @@ def _polys(rows, x0, x1, unit, height=0.8, min_width=0.0):
 def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
                   highlight_largest=True) -> dict:
     """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit)."""
-    from matplotlib.collections import LineCollection, PolyCollection
-    from matplotlib.ticker import FuncFormatter
-    from gpumemlab.metrics import find_fit
-    largest = _largest_free(segments) if highlight_largest else None
-    fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
-    info = {"panels": panels, "largest": largest, "fit": fit, "request": request,
-            "expandable": any(s.get("is_expandable") for s in segments), "request_text": ""}
+    info = blockmap_info(panels, segments, rules, request=request, stream=stream,
+                         highlight_largest=highlight_largest)
     for ax, panel in zip(axes, panels):
-        rows = panel["rows"]
-        unit, unit_name = unit_for(max(panel["max_bytes"], 1))
-        many = len(rows) > LABEL_ROWS
-        rects = block_rects(segments, rows)
-        n_blocks = sum(len(r[0]) for r in rects.values())
-        for name, (colour, label) in BLOCK_STYLE.items():
-            r, a, b = rects[name]
-            if r:
-                # a 512 B tensor in a 2 GiB band would be invisible: widen used blocks to a
-                # hair (1/500 of the axis) so that every allocation shows
-                min_width = 0.0 if name == "free" else panel["max_bytes"] / unit / 500
-                coll = PolyCollection(_polys(r, a, b, unit, min_width=min_width),
-                                      facecolors=colour, edgecolors="none",
-                                      linewidths=0, label=label)
-                coll.set_gid(f"blocks:{name}")
-                ax.add_collection(coll, autolim=False)
-        if n_blocks <= 5000 and rows:
-            _block_edges(ax, segments, rows, unit, LineCollection)
-        _segment_outlines(ax, segments, rows, unit, PolyCollection)
-        if largest and largest["segment"] in rows:
-            _outline(ax, rows.index(largest["segment"]), largest["offset_bytes"],
-                     largest["size_bytes"], unit, LARGEST_FREE_EDGE, "largest", 2.2)
-        if fit and fit["segment"] in rows:
-            _outline(ax, rows.index(fit["segment"]), fit["offset_bytes"], fit["take_bytes"],
-                     unit, REQUEST_COLOUR, "request", 2.0, hatch="///")
-        ax.set_xlim(0, max(panel["max_bytes"], 1) / unit)
-        ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # seg 0 at the top
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel(f"offset within segment ({unit_name})", fontsize=8)
-        ax.set_title(panel["title"], fontsize=9, loc="left")
-        ax.tick_params(labelsize=7)
-        if many:
-            ax.set_ylabel("segments, address order", fontsize=8)
-            ax.set_yticks([])
-        else:
-            ax.set_yticks(range(len(rows)))
-            ax.set_yticklabels([f"seg {i}  {format_size(segments[i]['total_size'])}"
-                                for i in rows], fontsize=7)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-    if request is not None:
-        info["request_text"] = request_verdict(fit, segments, rules, request, stream)
+        setup_panel(ax, panel, segments)
+        draw_panel_data(ax, panel, segments, info)
     return info
+
+
+def blockmap_info(panels, segments, rules, *, request=None, stream=0, highlight_largest=True):
+    """What a block map marks besides the blocks: the largest free block and the request fit."""
+    from gpumemlab.metrics import find_fit
+    fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
+    return {"panels": panels, "fit": fit, "request": request,
+            "largest": _largest_free(segments) if highlight_largest else None,
+            "expandable": any(s.get("is_expandable") for s in segments),
+            "request_text": "" if request is None else
+            request_verdict(fit, segments, rules, request, stream)}
+
+
+def setup_panel(ax, panel, segments) -> None:
+    """The static part of a panel: limits, axis labels and the band names."""
+    from matplotlib.ticker import FuncFormatter
+    rows = panel["rows"]
+    unit, unit_name = unit_for(max(panel["max_bytes"], 1))
+    ax.set_xlim(0, max(panel["max_bytes"], 1) / unit)
+    ax.set_ylim(len(rows) - 0.5 if rows else 0.5, -0.5)  # seg 0 at the top
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlabel(f"offset within segment ({unit_name})", fontsize=8)
+    ax.set_title(panel["title"], fontsize=9, loc="left")
+    ax.tick_params(labelsize=7)
+    if len(rows) > LABEL_ROWS:
+        ax.set_ylabel("segments, address order", fontsize=8)
+        ax.set_yticks([])
+    else:
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"seg {i}  {format_size(segments[i]['total_size'])}"
+                            for i in rows], fontsize=7)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def draw_panel_data(ax, panel, segments, info) -> list:
+    """The blocks, outlines and marks of one panel; returns the artists added."""
+    from matplotlib.collections import LineCollection, PolyCollection
+    rows = panel["rows"]
+    unit, _ = unit_for(max(panel["max_bytes"], 1))
+    rects = block_rects(segments, rows)
+    n_blocks = sum(len(r[0]) for r in rects.values())
+    artists = []
+    for name, (colour, label) in BLOCK_STYLE.items():
+        r, a, b = rects[name]
+        if r:
+            # a 512 B tensor in a 2 GiB band would be invisible: widen used blocks to a
+            # hair (1/500 of the axis) so that every allocation shows
+            min_width = 0.0 if name == "free" else panel["max_bytes"] / unit / 500
+            coll = PolyCollection(_polys(r, a, b, unit, min_width=min_width),
+                                  facecolors=colour, edgecolors="none", linewidths=0,
+                                  label=label)
+            coll.set_gid(f"blocks:{name}")
+            artists.append(ax.add_collection(coll, autolim=False))
+    if n_blocks <= 5000 and rows:
+        artists += _block_edges(ax, segments, rows, unit, LineCollection)
+    artists += _segment_outlines(ax, segments, rows, unit, PolyCollection)
+    largest, fit = info["largest"], info["fit"]
+    if largest and largest["segment"] in rows:
+        artists.append(_outline(ax, rows.index(largest["segment"]), largest["offset_bytes"],
+                                largest["size_bytes"], unit, LARGEST_FREE_EDGE, "largest", 2.2))
+    if fit and fit["segment"] in rows:
+        artists.append(_outline(ax, rows.index(fit["segment"]), fit["offset_bytes"],
+                                fit["take_bytes"], unit, REQUEST_COLOUR, "request", 2.0,
+                                hatch="///"))
+    return artists
 
 
 def request_verdict(fit, segments, rules, request, stream) -> str:
@@ -220,10 +241,10 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
     pool = rules.pool(rounded)
     free = [b["size"] for s in segments if s.get("segment_type", "large") == pool
             and s.get("stream", 0) == stream for b in s["blocks"] if b["state"] == "inactive"]
-    return (f"a {format_size(request)} request fits no cached free block: the {pool} pool has "
-            f"{format_size(sum(free))} free but its largest block is "
-            f"{format_size(max(free, default=0))}, so c10 would cudaMalloc a new "
-            f"{format_size(rules.allocation_size(rounded))} segment")
+    held = (f"the {pool} pool has {format_size(sum(free))} free but its largest block is "
+            f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
+    return (f"a {format_size(request)} request fits no cached free block: {held}, so c10 "
+            f"would cudaMalloc a new {format_size(rules.allocation_size(rounded))} segment")
 
 
 def _largest_free(segments):
@@ -250,7 +271,8 @@ def _block_edges(ax, segments, rows, unit, LineCollection):
     if lines:
         coll = LineCollection(lines, colors="white", linewidths=0.8)
         coll.set_gid("block_edges")
-        ax.add_collection(coll, autolim=False)
+        return [ax.add_collection(coll, autolim=False)]
+    return []
 
 
 def _segment_outlines(ax, segments, rows, unit, PolyCollection):
@@ -260,6 +282,7 @@ def _segment_outlines(ax, segments, rows, unit, PolyCollection):
                               if not segments[i].get("is_expandable")]
     expandable = [(pos, segments[i]["total_size"]) for pos, i in enumerate(rows)
                   if segments[i].get("is_expandable")]
+    out = []
     for group, colour, style, gid in ((plain, SEGMENT_EDGE, "solid", "segments"),
                                       (expandable, EXPANDABLE_EDGE, "dashed", "segments:expandable")):
         if group:
@@ -268,7 +291,8 @@ def _segment_outlines(ax, segments, rows, unit, PolyCollection):
                                   linewidths=0.6 if gid == "segments" or dense else 1.4,
                                   linestyles="solid" if dense else style)
             coll.set_gid(gid)
-            ax.add_collection(coll, autolim=False)
+            out.append(ax.add_collection(coll, autolim=False))
+    return out
 
 
 def _outline(ax, row, offset, size, unit, colour, gid, width, hatch=None):
@@ -276,7 +300,7 @@ def _outline(ax, row, offset, size, unit, colour, gid, width, hatch=None):
     rect = Rectangle((offset / unit, row - 0.45), size / unit, 0.9, fill=False,
                      edgecolor=colour, linewidth=width, hatch=hatch, zorder=5)
     rect.set_gid(gid)
-    ax.add_patch(rect)
+    return ax.add_patch(rect)
 
 
 def _legend_handles(info):

@@ -15,7 +15,7 @@ OKABE_ITO = {
 BLOCK_STYLE = {
     "requested": (OKABE_ITO["blue"], "allocated: bytes requested"),
     "rounding": (OKABE_ITO["sky_blue"], "allocated: lost to rounding"),
-    "pending": (OKABE_ITO["reddish_purple"], "freed, pending (other streams)"),
+    "pending": (OKABE_ITO["reddish_purple"], "freed, not yet returned (pending)"),
     "free": ("#DDDDDD", "free, cached (inactive)"),
 }
 SEGMENT_EDGE = "#444444"

@@ -118,7 +118,8 @@ def draw_timeline(ax, data, *, compare=False, cursor=None) -> None:
     ax.set_ylim(bottom=0)
     ax.set_title("memory over the trace" + (": comparison" if compare else ""),
                  fontsize=10, loc="left")
-    ax.legend(fontsize=7, loc="upper left", ncols=2 if compare else 1)
+    # beside the axes, so it never hides a curve
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -134,7 +135,7 @@ def _mark_events(ax, d, unit, *, colour, first) -> None:
     bursts = [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1]
     for j, x in enumerate(bursts):
         ax.axvline(x, color="#999999", lw=0.8, gid="release",
-                   label="segments released (empty_cache / OOM path)" if first and j == 0 else None)
+                   label="segments released" if first and j == 0 else None)
     ooms = [(x, r) for x, a, r in zip(d["event"], d["action"], d["reserved_bytes"]) if a == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [r / unit for _, r in ooms], marker="X", ms=9,

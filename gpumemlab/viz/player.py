@@ -1,0 +1,238 @@
+"""The live player (``gml.player``): step through a trace and watch the block map change.
+
+A Play button and a slider over the events of a recorded trace (a snapshot with history, a
+device, or a replay result). Each position redraws the block map of the allocator state after
+that event, moves the cursor on the timeline, says in words what the event did and why, and
+updates the metrics table. The image is a PNG in an ``ipywidgets.Image`` and the text is in
+``HTML`` widgets, not an ``Output`` widget, so nothing leaks into cell output when notebooks run
+headless (nbval). All state lives in the kernel: ``player.goto(k)`` or ``player.slider.value = k``
+moves it, and ``player.index``, ``player.state``, ``player.metrics()``, ``player.description()``
+read it. Stepping applies one trace entry to the previous state (:class:`History`), never
+re-replaying from the start.
+"""
+from __future__ import annotations
+
+import io
+
+from gpumemlab.viz.history import History
+
+BLOCKMAP_SHARE = 0.62  # of the figure height; the timeline gets the rest
+
+
+def player(source, *, device=None, request=None, interval_ms: int = 400, dpi: int = 72,
+           start=None) -> "Player":
+    """A :class:`Player` over the events of a snapshot with history, a device or replay result.
+
+    Args:
+        request: a request size (bytes or "2GiB") whose best fit is marked at every step.
+        interval_ms: time between frames when Play runs.
+        dpi: resolution of the rendered frame.
+        start: the first event shown (default: the last one, the state the snapshot shows).
+    """
+    return Player(source, device=device, request=request, interval_ms=interval_ms, dpi=dpi,
+                  start=start)
+
+
+class Player:
+    """Kernel-side stepping over a :class:`History`, mirrored by widgets."""
+
+    def __init__(self, source, *, device=None, request=None, interval_ms=400, dpi=72,
+                 start=None):
+        from gpumemlab.viz.timeline import timeline_data
+        self.history = source if isinstance(source, History) else History(source, device=device)
+        n = len(self.history)
+        if n == 0:
+            raise ValueError("this snapshot has no recorded history (device_traces is empty): "
+                             "record with SimulatedGPU(record_history=True) or "
+                             "torch.cuda.memory._record_memory_history(), or draw the single "
+                             "state with gml.show(snapshot)")
+        if isinstance(interval_ms, bool) or not isinstance(interval_ms, int) or interval_ms < 1:
+            raise ValueError(f"interval_ms must be a positive int, got {interval_ms!r}")
+        self.request = request
+        self.dpi = dpi
+        self.total_memory = self.history.source.total_memory
+        self._timeline = timeline_data(self.history)
+        self._build_figure()
+        self._build_widgets(n, interval_ms)
+        self.index = None
+        self.goto(n - 1 if start is None else start)
+
+    # ---- kernel-side API
+    def __len__(self):
+        return len(self.history)
+
+    def goto(self, k: int) -> "Player":
+        """Show the state after event ``k`` (negative k counts from the end)."""
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise TypeError(f"event index must be an int, not {type(k).__name__}")
+        n = len(self.history)
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise ValueError(f"event index out of range: the trace has {n} events (0..{n - 1})")
+        if self.slider.value != k:
+            self.slider.value = k  # the observer redraws
+        elif self.index != k:
+            self._show(k)
+        return self
+
+    def step(self, n: int = 1) -> "Player":
+        """Move ``n`` events forward (negative: back), stopping at the ends."""
+        return self.goto(min(max(self.index + n, 0), len(self.history) - 1))
+
+    @property
+    def state(self) -> dict:
+        """The snapshot dict of the allocator state at the current event."""
+        return self.history.snapshot()
+
+    def segments(self) -> list:
+        return self.history.segments()
+
+    def description(self) -> str:
+        """The current event in words."""
+        return self.history.last_description
+
+    def metrics(self):
+        """Fragmentation figures of the current state (``gml.fragmentation``)."""
+        from gpumemlab.metrics import fragmentation
+        return fragmentation(self.state, total_memory=self.total_memory)
+
+    @property
+    def event(self) -> dict:
+        """The trace entry under the cursor."""
+        return self.history.events[self.index]
+
+    # ---- drawing
+    # Text is what costs in Agg (a few ms a label), so a frame redraws only what changed: the
+    # blocks, the timeline cursor and the title are drawn over a saved image of everything else
+    # (axes, labels, legends, the timeline curves). The saved image is remade only when the
+    # panels change (a segment appears or goes).
+    def _build_figure(self) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from gpumemlab.viz.timeline import draw_timeline
+        # a bare Figure, not pyplot: it is shown only through the Image widget, never twice
+        self.figure = Figure(figsize=(10, 7.5), dpi=self.dpi)
+        self.canvas = FigureCanvasAgg(self.figure)
+        grid = self.figure.add_gridspec(2, 1, height_ratios=(BLOCKMAP_SHARE, 1 - BLOCKMAP_SHARE),
+                                        left=0.15, right=0.74, top=0.84, bottom=0.07, hspace=0.3)
+        self._map_spec = grid[0]
+        self._map_axes, self._data, self._plan_key, self._background = [], [], None, None
+        self.timeline_ax = self.figure.add_subplot(grid[1])
+        draw_timeline(self.timeline_ax, [self._timeline], cursor=0)
+        self._cursor = next(line for line in self.timeline_ax.lines if line.get_gid() == "cursor")
+        self._cursor.set_animated(True)
+        self._title = self.figure.text(0.02, 0.985, "", fontsize=9, va="top", ha="left",
+                                       animated=True)
+
+    def _draw_map(self) -> None:
+        from gpumemlab.viz.blockmap import (blockmap_info, draw_panel_data, plan_panels,
+                                            setup_panel)
+        segments = self.history.segments()
+        panels = plan_panels(segments)
+        info = blockmap_info(panels, segments, self.history.rules, request=self.request)
+        key = tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
+                     tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels)
+        for artist in self._data:
+            artist.remove()
+        if key != self._plan_key:
+            self._new_axes(panels, segments, info, setup_panel)
+            self._plan_key = key
+        self._data = []
+        for ax, panel in zip(self._map_axes, panels):
+            self._data += draw_panel_data(ax, panel, segments, info)
+        for artist in self._data:
+            artist.set_animated(True)
+        self.blockmap_info = info
+
+    def _new_axes(self, panels, segments, info, setup_panel) -> None:
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+        from gpumemlab.viz.palette import (BLOCK_STYLE, LARGEST_FREE_EDGE, REQUEST_COLOUR)
+        for ax in self._map_axes:
+            ax.remove()
+        sub = self._map_spec.subgridspec(
+            len(panels), 1, hspace=0.9,
+            height_ratios=[max(1.0, min(6.0, 1 + 0.25 * len(p["rows"]))) for p in panels])
+        self._map_axes = [self.figure.add_subplot(sub[i]) for i in range(len(panels))]
+        for ax, panel in zip(self._map_axes, panels):
+            setup_panel(ax, panel, segments)
+        # a legend that does not change from frame to frame; sizes go in the title
+        handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
+        handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                             label="largest free block"))
+        if self.request is not None:
+            handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
+                                 label="where the request would go"))
+        if info["expandable"]:
+            from gpumemlab.viz.palette import EXPANDABLE_EDGE
+            handles.append(Line2D([], [], color=EXPANDABLE_EDGE, ls="--",
+                                  label="expandable segment"))
+        self._map_axes[0].legend(handles=handles, fontsize=7, loc="upper left",
+                                 bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        self.canvas.draw()  # animated artists are left out of this
+        self._background = self.canvas.copy_from_bbox(self.figure.bbox)
+
+    def _show(self, k: int) -> None:
+        import textwrap
+        from gpumemlab.units import format_size
+        self.history.goto(k)
+        self.index = k
+        self._draw_map()
+        self._cursor.set_xdata([k, k])
+        lines = [self.description()]
+        largest = self.blockmap_info["largest"]
+        if largest:
+            lines.append(f"largest free block: {format_size(largest['size_bytes'])} at seg "
+                         f"{largest['segment']} +{format_size(largest['offset_bytes'])}")
+        if self.blockmap_info.get("request_text"):
+            lines.append(self.blockmap_info["request_text"])
+        self._title.set_text("\n".join(w for line in lines for w in textwrap.wrap(line, 120)))
+        self._render()
+
+    def _render(self) -> None:
+        from html import escape
+        self.canvas.restore_region(self._background)
+        for artist in self._data + [self._cursor, self._title]:
+            artist.axes.draw_artist(artist) if artist.axes else self.figure.draw_artist(artist)
+        self.png = _png(self.canvas)
+        self.image.value = self.png
+        self.text.value = f"<b>{escape(self.description())}</b>"
+        self.table.value = self.metrics()._repr_html_()
+
+    # ---- widgets
+    def _build_widgets(self, n: int, interval_ms: int) -> None:
+        import ipywidgets as widgets
+        self.play = widgets.Play(min=0, max=n - 1, step=1, interval=interval_ms,
+                                 description="Play")
+        self.slider = widgets.IntSlider(min=0, max=n - 1, step=1, value=0,
+                                        description="event", continuous_update=False,
+                                        layout=widgets.Layout(width="60%"))
+        # the Play button drives the slider in the browser; headless, goto() does
+        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
+        self.text = widgets.HTML()
+        self.image = widgets.Image(format="png")
+        self.table = widgets.HTML()
+        self.slider.observe(self._on_slider, names="value")
+        self.widget = widgets.VBox([widgets.HBox([self.play, self.slider]), self.text,
+                                    self.image, self.table])
+
+    def _on_slider(self, change) -> None:
+        self._show(int(change["new"]))
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.widget._repr_mimebundle_(**kwargs)
+
+    def __repr__(self):
+        return (f"<Player at event {self.index} of {len(self.history)}: "
+                f"{self.description()}>")
+
+
+def _png(canvas) -> bytes:
+    """The canvas as PNG bytes; fast compression, since a frame is shown once."""
+    from PIL import Image
+    width, height = canvas.get_width_height(physical=True)
+    image = Image.frombuffer("RGBA", (width, height), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    buffer = io.BytesIO()
+    image.save(buffer, format="png", compress_level=1)
+    return buffer.getvalue()
