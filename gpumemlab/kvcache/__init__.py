@@ -21,7 +21,7 @@ _LAZY = {
     "make_workload": "workloads",
     "simulate": "simulator", "SimulationResult": "simulator", "STRATEGIES": "strategies",
     "sharing_savings": "sharing", "SharingResult": "sharing",
-    "compare": "compare", "block_size_sweep": "compare", "Comparison": "compare",
+    "compare": "comparison", "block_size_sweep": "comparison", "Comparison": "comparison",
 }
 
 __all__ = sorted(_LAZY)

@@ -88,7 +88,7 @@ def draw_sweep(ax, sweep: dict) -> None:
 
 
 def comparison_figure(comparison, workload: str = "sharegpt"):
-    """The four panels of a :class:`~gpumemlab.kvcache.compare.Comparison` in one Figure."""
+    """The four panels of a :class:`~gpumemlab.kvcache.comparison.Comparison` in one Figure."""
     fig = _new_figure((12, 8.5))
     axes = fig.subplots(2, 2)
     draw_breakdown(axes[0][0], comparison.results, workload)
