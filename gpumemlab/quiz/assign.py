@@ -1,0 +1,79 @@
+"""``gpumemlab assign``: make the student version of a source notebook and prove it is gradeable.
+
+The student version replaces solutions by stubs, drops hidden tests and locks every cell that is
+not an answer (``build.student_version``). Then both notebooks go through the real grader: the
+source must pass every test (otherwise the tests or solutions are wrong) and the student version
+must fail every test (a test that passes on the stub gives free points), as ``nbgrader validate``
+and ``--invert`` check.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .build import student_version
+
+
+@dataclass
+class AssignReport:
+    out: Path
+    source_failures: list      # test ids the source fails
+    student_passes: list       # test ids the stubbed student version passes
+
+    @property
+    def ok(self) -> bool:
+        return not self.source_failures and not self.student_passes
+
+    def text(self) -> str:
+        lines = [f"wrote {self.out}"]
+        if self.source_failures:
+            lines.append("source FAILS its own tests: " + ", ".join(self.source_failures))
+        if self.student_passes:
+            lines.append("student version PASSES tests without answers (free points): "
+                         + ", ".join(self.student_passes))
+        if self.ok:
+            lines.append("checked: the source passes every test; the student version fails "
+                         "every test")
+        return "\n".join(lines)
+
+
+def write_student_version(source: Path, out: Path) -> Path:
+    import nbformat
+
+    source = Path(source)
+    nb = nbformat.read(str(source), as_version=4)
+    student = student_version(nb)
+    target = out if out.suffix == ".ipynb" else out / source.name
+    if target.resolve() == source.resolve():
+        raise ValueError("the student version would overwrite the source notebook")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(student, str(target))
+    return target
+
+
+def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignReport:
+    source, out = Path(source), Path(out)
+    if not source.is_file():
+        raise FileNotFoundError(f"source notebook {source} does not exist")
+    target = write_student_version(source, out)
+    if not check:
+        return AssignReport(target, [], [])
+    from .grade import grade_one, read_notebook
+
+    source_nb = read_notebook(source)
+    work = Path(tempfile.mkdtemp(prefix="gml-assign-"))
+    try:
+        results = {}
+        for name, nb_path in (("source", source), ("student", target)):
+            folder = work / name
+            folder.mkdir()
+            shutil.copy(nb_path, folder / source.name)
+            results[name] = grade_one(source_nb, name, folder, folder / source.name,
+                                      deny_roots=[], cell_timeout=cell_timeout, timeout=timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    src_fail = [t["name"] for t in results["source"].tests if t["status"] != "passed"]
+    stu_pass = [t["name"] for t in results["student"].tests if t["status"] == "passed"]
+    return AssignReport(target, src_fail, stu_pass)

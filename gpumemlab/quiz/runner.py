@@ -1,0 +1,162 @@
+"""Execute one prepared notebook in a fresh kernel, cell by cell, surviving what students do.
+
+Run as a worker process: ``python -m gpumemlab.quiz.runner JOB.json``. The job names the
+notebook, the working folder (the submission's temporary copy), the per-cell timeout and the
+result file. A cell that times out or kills the kernel is recorded, the kernel is restarted, and
+the cells before it (minus the culprits, minus test cells) are replayed so that later answers still
+get graded. After each cell the result file is rewritten, so the parent keeps what was graded even
+when it must kill this worker at the notebook's wall-clock limit.
+
+Each test cell's verdict comes from the kernel's execute reply: passed only if the reply is an
+error named ``GmlGraderPass`` whose value is the expected token (see ``sandbox``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+MAX_RESTARTS = 3
+OUTPUT_LIMIT = 2000
+
+
+def _text_outputs(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif out.get("output_type") == "error":
+            parts.append(f"{out.get('ename')}: {out.get('evalue')}")
+    text = "".join(parts)
+    return text if len(text) <= OUTPUT_LIMIT else text[:OUTPUT_LIMIT] + "\n... (cut)"
+
+
+def _kernel_manager():
+    """A kernel manager that runs ipykernel with this very interpreter."""
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+            "--HistoryManager.enabled=False"]
+    km.kernel_spec.argv = argv
+    return km
+
+
+def run_job(job: dict) -> dict:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    workdir = Path(job["workdir"])
+    nb = nbformat.read(job["notebook"], as_version=4)
+    result_path = Path(job["result"])
+    state = {"tests": {}, "events": [], "cells_run": 0, "kernel_pid": None, "finished": False}
+
+    def save():
+        tmp = result_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        tmp.replace(result_path)
+
+    env = dict(os.environ)
+    env.update({"HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
+                "MPLCONFIGDIR": str(workdir / ".matplotlib"), "MPLBACKEND": "Agg",
+                "JUPYTER_RUNTIME_DIR": str(Path(job["private"]) / "runtime"),
+                "PYTHONDONTWRITEBYTECODE": "1", "GPUMEMLAB_HEADLESS": "1",
+                "GPUMEMLAB_PROGRESS": str(workdir / ".gpumemlab-progress.json"),
+                "GPUMEMLAB_QUIZ_SEED": job.get("seed", "0"),
+                "PYTHONPATH": os.pathsep.join(job["pythonpath"])})
+    km = _kernel_manager()
+    client = NotebookClient(nb, km=km, timeout=job["cell_timeout"], allow_errors=True,
+                            interrupt_on_timeout=False, startup_timeout=60,
+                            resources={"metadata": {"path": str(workdir)}})
+    cells = nb.cells
+    roles = [c.metadata.get("gpumemlab_grader", {}) for c in cells]
+    skip = set()
+
+    def record_test(i, reply):
+        info = roles[i]
+        content = (reply or {}).get("content", {})
+        passed = content.get("status") == "error" and content.get("ename") == "GmlGraderPass" \
+            and content.get("evalue") == info["token"]
+        output = "" if passed else _text_outputs(cells[i])
+        state["tests"].setdefault(info["grade_id"], {"passed": passed, "output": output})
+
+    def execute(i, replay=False):
+        reply_box = {}
+        client.on_cell_executed = lambda cell, cell_index, execute_reply: \
+            reply_box.setdefault("reply", execute_reply)
+        client.execute_cell(cells[i], i, store_history=False)
+        if roles[i].get("role") == "test" and not replay:
+            record_test(i, reply_box.get("reply"))
+
+    def start():
+        client.start_new_kernel(env=env, cwd=str(workdir))
+        client.start_new_kernel_client()
+        try:
+            state["kernel_pid"] = km.provisioner.process.pid
+        except AttributeError:
+            pass
+        save()
+
+    def stop():
+        try:
+            client.kc.stop_channels()
+        except Exception:
+            pass
+        try:
+            km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+
+    restarts = 0
+    start()
+    try:
+        i = 0
+        while i < len(cells):
+            if i in skip or cells[i].cell_type != "code":
+                i += 1
+                continue
+            try:
+                execute(i)
+                state["cells_run"] += 1
+            except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
+                kind = "timeout" if isinstance(exc, CellTimeoutError) else "kernel died"
+                state["events"].append({"cell": i, "event": kind, "role": roles[i].get("role"),
+                                        "grade_id": roles[i].get("grade_id")})
+                if roles[i].get("role") == "test":
+                    state["tests"].setdefault(roles[i]["grade_id"], {
+                        "passed": False, "output": f"test cell stopped: {kind}"})
+                skip.add(i)
+                restarts += 1
+                if restarts > MAX_RESTARTS or roles[i].get("role") == "startup":
+                    state["events"].append({"cell": i, "event": "gave up"})
+                    break
+                stop()
+                start()
+                for j in range(i):   # rebuild the state the later cells expect
+                    if j not in skip and cells[j].cell_type == "code" \
+                            and roles[j].get("role") != "test":
+                        execute(j, replay=True)
+            save()
+            i += 1
+        state["finished"] = True
+    finally:
+        save()
+        stop()
+    return state
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    started = time.monotonic()
+    state = run_job(job)
+    print(f"ran {state['cells_run']} cells in {time.monotonic() - started:.1f} s",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

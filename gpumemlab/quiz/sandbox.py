@@ -1,0 +1,208 @@
+"""What the grader injects into a submission's kernel: a sandbox cell first, a wrapper per test.
+
+The **startup cell** runs before any student code. It (1) installs an audit hook
+(``sys.addaudithook``, which cannot be removed) that refuses to open, list, create or delete paths
+outside the submission's folder, except reading the Python installation and the gpumemlab
+package, and refuses to start processes; and (2) defines a trusted test runner: a class that
+captured the real builtins, ``sys.path`` and a per-run secret key before the student's cells ran.
+
+Each **test cell** is replaced by a one-line call that finds that runner from a literal
+(``().__class__.__base__.__subclasses__()``, so names the student rebound cannot intercept it),
+restores the builtins, ``sys.path`` and a fresh ``gpumemlab`` (dropping any monkeypatched copy),
+runs the official test source, and on success raises ``GmlGraderPass(token)`` where the token is
+an HMAC of the test's id under the secret. The grader reads the kernel's execute reply: only an
+error named ``GmlGraderPass`` carrying the right token counts. Printing "passed" cannot produce it,
+and a failing test raises something else.
+
+Limits (documented in docs/QUIZZES.md): this runs inside the student's own Python process. Code
+written to attack this grader specifically (digging the runner out with ``gc``, ctypes, replacing
+kernel internals) can defeat in-process checks; ctypes and C extensions bypass audit hooks. For
+high stakes, also run the grader in a container or VM without network.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import site
+import sys
+import sysconfig
+from pathlib import Path
+
+PASS_NAME = "GmlGraderPass"
+
+# The setup code runs in a private globals dict holding a copy of the builtins, so that no name
+# the student later rebinds in the notebook's namespace (exec, print, globals ...) reaches it.
+_SETUP = r'''
+def _gml_grader_setup(home, read_roots, list_roots, deny_roots, trusted_path, key, token,
+                      imports):
+    import builtins, hashlib, hmac, os, sys
+    realpath, join, sep, getcwd, fspath = (os.path.realpath, os.path.join, os.sep, os.getcwd,
+                                           os.fspath)
+    stderr, PermissionError_ = sys.stderr, PermissionError
+    home = realpath(home)
+    read_roots = tuple(realpath(p) for p in read_roots)
+    deny_roots = tuple(realpath(p) for p in deny_roots)
+    list_roots = tuple(realpath(p) for p in list_roots)
+    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    WRITES = {"os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
+              "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree",
+              "shutil.move", "shutil.copytree", "os.setxattr", "os.removexattr"}
+    READS = {"os.listdir", "os.scandir", "os.chdir", "glob.glob", "os.listxattr",
+             "os.getxattr"}
+    SPAWNS = {"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+              "os.fork", "os.forkpty", "pty.spawn", "os.kill", "os.killpg"}
+
+    def inside(path, roots):
+        return any(path == r or path.startswith(r + sep) for r in roots)
+
+    def resolve(p):
+        if isinstance(p, int) or p is None:
+            return None
+        p = fspath(p)
+        if isinstance(p, bytes):
+            p = p.decode("utf-8", "replace")
+        return realpath(join(getcwd(), p))
+
+    def refuse(what, path):
+        msg = f"gpumemlab grader: {what} {path!r} is outside your submission folder"
+        try:
+            print("[gpumemlab sandbox] blocked:", what, path, file=stderr)
+        except Exception:
+            pass
+        raise PermissionError_(msg)
+
+    def check(path, write, listing=False):
+        if path is None or inside(path, (home,)):
+            return
+        if inside(path, deny_roots) and not inside(path, read_roots):
+            refuse("writing" if write else "reading", path)
+        if write:
+            if path != "/dev/null":
+                refuse("writing", path)
+        elif not (inside(path, read_roots) or (listing and path in list_roots)):
+            refuse("reading", path)
+
+    def hook(event, args):
+        if event == "open":
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            write = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                (isinstance(flags, int) and bool(flags & WRITE_FLAGS))
+            check(resolve(args[0]), write)
+        elif event in WRITES:
+            check(resolve(args[0]), True)
+            if event in ("os.rename", "os.link", "os.symlink", "shutil.move",
+                         "shutil.copytree") and len(args) > 1:
+                check(resolve(args[1]), True)
+        elif event in READS:
+            check(resolve(args[0]), False, listing=True)
+        elif event in SPAWNS:
+            raise PermissionError_(f"gpumemlab grader: {event} is not allowed while grading")
+
+    pristine = dict(builtins.__dict__)
+    modules = sys.modules
+
+    class Pass(Exception):
+        pass
+    Pass.__name__ = Pass.__qualname__ = "GmlGraderPass"
+
+    def run(grade_id, source):
+        ns = sys._getframe(1).f_globals   # the notebook namespace the wrapper cell runs in
+        sys.settrace(None)
+        sys.setprofile(None)
+        for name, value in pristine.items():
+            if builtins.__dict__.get(name) is not value:
+                setattr(builtins, name, value)
+        sys.path[:] = trusted_path
+        for name in [m for m in list(modules) if m == "gpumemlab" or m.startswith("gpumemlab.")]:
+            del modules[name]
+        test_ns = {k: v for k, v in ns.items() if k not in pristine}
+        test_ns["__builtins__"] = pristine
+        test_ns["__name__"] = "__main__"
+        exec(compile(imports, "<gpumemlab imports>", "exec"), test_ns)
+        exec(compile(source, f"<test {grade_id}>", "exec"), test_ns)
+        raise Pass(hmac.new(key, grade_id.encode(), hashlib.sha256).hexdigest())
+
+    runner = type("_GmlGrader_" + token, (), {"run": staticmethod(run)})
+    sys.dont_write_bytecode = True
+    sys.addaudithook(hook)
+    return runner
+
+
+# kept alive by this private dict, which the audit hook's globals reference
+RUNNER = _gml_grader_setup(**KW)
+'''
+
+_STARTUP = ('# gpumemlab grader: sandbox and trusted test runner (injected; runs before any student '
+            'cell)\n'
+            'exec(compile({setup!r}, "<gpumemlab grader>", "exec"), '
+            '{{"__builtins__": dict(__import__("builtins").__dict__), "KW": {kwargs}}})\n')
+
+_WRAPPER = ('# gpumemlab grader: test cell {grade_id!r} ({points:g} points), restored from the '
+            'source notebook\n'
+            '[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '
+            '"_GmlGrader_{token}"][0].run({grade_id!r}, {source!r})\n')
+
+
+def pass_token(key: bytes, grade_id: str) -> str:
+    return hmac.new(key, grade_id.encode(), hashlib.sha256).hexdigest()
+
+
+def library_roots() -> list:
+    """Folders a kernel must read to import Python, numpy, torch, matplotlib and gpumemlab."""
+    import gpumemlab
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(path)
+    roots.update(site.getsitepackages() if hasattr(site, "getsitepackages") else [])
+    user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
+    if user:
+        roots.add(user)
+    package = Path(gpumemlab.__file__).resolve().parent
+    roots.add(str(package))
+    from .bank import quizzes_dir
+
+    try:
+        roots.add(str(quizzes_dir().resolve()))
+    except ValueError:
+        pass
+    # Shared system data some libraries read (fonts, time zones, CPU info); no user files.
+    roots.update(p for p in ("/usr/lib", "/usr/lib64", "/usr/share", "/lib", "/lib64",
+                             "/etc/fonts", "/etc/localtime", "/proc/self", "/proc/cpuinfo",
+                             "/sys/devices/system/cpu", "/dev/null", "/dev/urandom")
+                 if os.path.exists(p))
+    return sorted(roots)
+
+
+def trusted_sys_path() -> list:
+    """The kernel's import path: gpumemlab's parent first (so that copy is the one imported)."""
+    import gpumemlab
+
+    parent = str(Path(gpumemlab.__file__).resolve().parent.parent)
+    roots = [os.path.realpath(r) for r in library_roots()]
+    rest = [p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != parent
+            and any(os.path.realpath(p) == r or os.path.realpath(p).startswith(r + os.sep)
+                    for r in roots)]
+    return [parent] + rest
+
+
+def startup_source(home, deny_roots, key: bytes, token: str, imports: str) -> str:
+    reads = library_roots()
+    path = trusted_sys_path()
+    # Listing (names only) is allowed on the ancestors of readable folders, so that the import
+    # system can scan sys.path entries such as a source checkout holding the package.
+    listable = set()
+    for root in reads + path:
+        p = Path(root)
+        listable.update(str(a) for a in [p, *p.parents])
+    kwargs = dict(home=str(home), read_roots=reads, list_roots=sorted(listable),
+                  deny_roots=[str(d) for d in deny_roots], trusted_path=path, key=key,
+                  token=token, imports=imports)
+    return _STARTUP.format(setup=_SETUP, kwargs=repr(kwargs))
+
+
+def wrapper_source(grade_id: str, points: float, source: str, token: str) -> str:
+    return _WRAPPER.format(grade_id=grade_id, points=points, source=source, token=token)
