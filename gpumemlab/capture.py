@@ -339,3 +339,14 @@ def capture(model=None, optimizer=None, *, frames: bool = True) -> Capture:
     ``frames=False`` skips the Python frames (faster). Returns the ``Capture``.
     """
     return Capture(model=model, optimizer=optimizer, frames=frames)
+
+
+class _CallableModule(type(sys)):
+    """``gml.capture`` must stay the function even after ``import gpumemlab.capture`` has set
+    the package attribute of the same name to this module: calling the module calls it."""
+
+    def __call__(self, *args, **kwargs):
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -36,6 +36,7 @@ class ScenarioRecord:
     stats: dict = field(default_factory=dict)      # memory_stats() just before releasing
     snapshot: dict = field(default_factory=dict)   # snapshot() just before releasing
     notes: dict = field(default_factory=dict)
+    held: list = field(default_factory=list, repr=False)  # live allocations (release=False)
 
     def segment_map(self) -> list:
         """Each segment as (segment_type, total_size, [(block size, state), ...]), addresses aside."""
@@ -98,6 +99,8 @@ class _Run:
         if release:
             for key in list(self.live):
                 self.live.pop(key).free()
+        else:
+            self.rec.held = list(self.live.values())   # keep them alive with the record
         return self.rec
 
 

@@ -1,0 +1,143 @@
+"""Replay: faithful reproduction of recordings (start state included), what-if, bad traces."""
+import random
+
+import pytest
+
+import gpumemlab as gml
+from gpumemlab import scenarios
+from gpumemlab.replay import ReplayError, replay
+from gpumemlab.snapshot_io import dump_snapshot
+
+MiB = 1024 * 1024
+
+
+def _layout(snap):
+    return [(s["address"], s["total_size"], [(b["size"], b["state"]) for b in s["blocks"]])
+            for s in snap["segments"]]
+
+
+def _recording(seed=0, steps=1500):
+    """A simulated run whose history starts mid-run: live tensors and cached segments exist."""
+    rng = random.Random(seed)
+    gpu = gml.SimulatedGPU("8GiB", record_frames=False)
+    before = [gpu.empty(rng.randint(1, 30 * MiB)) for _ in range(20)]
+    for a in before[::3]:
+        a.free()
+    before = [a for a in before if not a.freed]
+    gpu.allocator.alloc_buffer.clear()          # recording "begins" now
+    live = []
+    for step in range(steps):
+        if live and rng.random() < 0.5:
+            live.pop(rng.randrange(len(live))).free()
+        else:
+            size = rng.choice([rng.randint(1, MiB), rng.randint(MiB, 40 * MiB)])
+            live.append(gpu.empty(size))
+        if step % 500 == 0:
+            gpu.empty_cache()
+    for a in before[:3]:                        # frees of allocations made before recording
+        a.free()
+    return gpu.snapshot(), (gpu, live, before)
+
+
+def test_faithful_replay_reproduces_every_address_and_final_state():
+    snap, _keep = _recording()
+    trace = snap["device_traces"][0]
+    assert trace[0]["action"] != "segment_alloc" or any(
+        e["action"] == "free_completed" for e in trace)
+    result = replay(snap)
+    assert result.faithful and result.start_problems == [] and result.notes == []
+    assert result.allocations == sum(e["action"] == "alloc" for e in trace)
+    assert result.address_mismatches == 0 and result.reproduced
+    assert _layout(result.snapshot) == _layout(snap)
+    assert len(result.timeline) == len(trace) == result.replayed
+    assert result.peak_reserved == max(result.timeline.reserved)
+    assert result.timeline.allocated[-1] == sum(s["allocated_size"] for s in snap["segments"])
+
+
+def test_a_wrong_model_is_caught_as_mismatches():
+    snap, _keep = _recording(seed=1, steps=400)
+    # shift one recorded alloc to another address: the model cannot agree with it
+    trace = snap["device_traces"][0]
+    k = next(i for i, e in enumerate(trace) if e["action"] == "alloc" and
+             trace[i - 1]["action"] != "segment_alloc")
+    old = trace[k]["addr"]
+    trace[k] = dict(trace[k], addr=old + 512)
+    for j in range(k + 1, len(trace)):
+        if trace[j]["addr"] == old and trace[j]["action"].startswith("free"):
+            trace[j] = dict(trace[j], addr=old + 512)
+            if trace[j]["action"] == "free_completed":
+                break
+    result = replay(snap)
+    assert result.address_mismatches == 1 and not result.reproduced
+
+
+def test_what_if_expandable_segments_avoids_the_fragmentation_oom(tmp_path):
+    gpu = gml.SimulatedGPU("4GiB", alloc_conf="")
+    rec = scenarios.fragmentation_oom(gpu, release=False)
+    assert rec.oom is not None
+    path = dump_snapshot(rec.snapshot, tmp_path / "frag.pickle")
+    same = replay(path)
+    assert same.total_memory == 4 * 1024 * MiB          # inferred from the recorded OOM
+    assert same.oom is not None and same.address_mismatches == 0
+    es = replay(path, alloc_conf="expandable_segments:True")
+    assert not es.faithful and es.oom is None
+    bigger = replay(path, total_memory="8GiB")
+    assert bigger.oom is None
+
+
+def test_capacity_what_if_finds_the_first_oom():
+    snap, _keep = _recording(seed=2, steps=600)
+    full = replay(snap)
+    small = replay(snap, total_memory=full.peak_reserved // 2)
+    assert small.oom is not None and small.oom["index"] < len(snap["device_traces"][0])
+    assert "out of memory" in small.oom["message"]
+    assert small.replayed == small.oom["index"] + 1            # stopped there
+    assert replay(snap, total_memory=full.peak_reserved // 2, stop_on_oom=False).replayed == \
+        len(snap["device_traces"][0])
+
+
+def test_free_of_never_allocated_address_is_reported_not_fatal():
+    snap = {"segments": [], "device_traces": [[
+        {"action": "segment_alloc", "addr": 0x7F0000000000, "size": 2 * MiB, "stream": 0},
+        {"action": "alloc", "addr": 0x7F0000000000, "size": 100, "stream": 0},
+        {"action": "free_completed", "addr": 0x7F0000000000, "size": 100, "stream": 0},
+        {"action": "free_completed", "addr": 0x7F0000000000, "size": 100, "stream": 0},
+    ]]}
+    result = replay(snap)
+    assert result.allocations == 1
+    assert any("never allocated" in n for n in result.notes)
+
+
+def test_sources_without_history_are_refused_clearly():
+    with pytest.raises(ReplayError, match="no trace"):
+        replay({"segments": []})
+    with pytest.raises(ReplayError, match="not int"):
+        replay(42)
+    with pytest.raises(ReplayError, match="device 3"):
+        replay({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]]},
+               device=3)
+    with pytest.raises(ReplayError, match="alloc_conf"):
+        replay({"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 1}]]},
+               alloc_conf="bogus_key:1")
+
+
+def test_progress_is_reported():
+    snap, _keep = _recording(seed=3, steps=300)
+    seen = []
+    replay(snap, progress=lambda done, total: seen.append((done, total)))
+    n = len(snap["device_traces"][0])
+    assert seen[-1] == (n, n)
+
+
+def test_capture_replays_on_a_simulated_gpu():
+    torch = pytest.importorskip("torch")
+    from gpumemlab.capture_demo import tiny_transformer, train_step
+    model, opt = tiny_transformer(d_model=64, n_layers=1, seq_len=16, vocab=128)
+    with gml.capture(model, opt) as rec:
+        train_step(model, opt, batch_size=2)
+    gpu = gml.SimulatedGPU("1GiB")
+    result = rec.replay(gpu)
+    assert result.address_mismatches is None and result.allocations == rec.allocations
+    assert gpu.memory_allocated() >= sum(p.numel() * 4 for p in model.parameters())
+    assert gpu.max_memory_allocated() >= rec.peak_live_bytes()
+    assert torch is not None
