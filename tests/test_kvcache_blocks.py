@@ -113,3 +113,12 @@ def test_table1_kv_slots_for_13b_on_a100_40gb():
         kv_budget("opt-175b", "80GB")
     with pytest.raises(ValueError, match="unknown model preset"):
         kv_budget("gpt-5", "80GB")
+
+
+def test_importing_the_package_imports_no_torch_numpy_or_matplotlib():
+    import subprocess
+    import sys
+    code = ("import sys, gpumemlab.kvcache as kv; kv.BlockManager; kv.kv_budget; "
+            "print(sorted(m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
