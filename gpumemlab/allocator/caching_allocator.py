@@ -68,6 +68,7 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         self.config = config if config is not None else AllocatorConfig()
         self.stats = DeviceStats()
         self.stats.max_split_size = max_split_size_stat(self.config.max_split_size)
+        self._stat_groups = {is_small: self._make_stat_groups(is_small) for is_small in (False, True)}
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
         self.active_blocks = {}  # ptr -> Block, allocated or pending free
@@ -83,6 +84,18 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         self.record_history_settings(record_history, context=record_context, max_entries=max_entries)
         # The per_process_memory_fraction setting is read once, when the allocator is built.
         self.set_memory_fraction(self.config.per_process_memory_fraction)
+
+    def _make_stat_groups(self, is_small: bool) -> tuple:
+        """The (aggregate, pool) Stat pairs the hot paths update, looked up once."""
+        st = self.stats
+        t = 1 if is_small else 2  # SMALL_POOL / LARGE_POOL
+
+        def pair(*names):
+            return tuple(getattr(st, n)[i] for n in names for i in (0, t))
+
+        return (pair("allocation", "active"), pair("allocated_bytes", "active_bytes"),
+                pair("requested_bytes"), pair("allocation"), pair("allocated_bytes"),
+                pair("active"), pair("active_bytes"), pair("requested_bytes"))
 
     # ------------------------------------------------------------------ settings
     @property
@@ -149,7 +162,12 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
             return
         self.clock += 1
         frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
-        self.alloc_buffer.insert((action, addr, size, stream, self.clock, frames))
+        entry = (action, addr, size, stream, self.clock, frames)
+        buf = self.alloc_buffer
+        if len(buf.entries) < buf.max_entries:
+            buf.entries.append(entry)  # the common case, inlined: this is the hot path
+        else:
+            buf.insert(entry)
 
     # ------------------------------------------------------------------ malloc
     def get_pool(self, size: int, stream: int) -> BlockPool:
@@ -327,12 +345,16 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         block.context_when_allocated = context
         self.record_trace(tr.ALLOC, block.ptr, orig_size, block.stream, context)
         self.active_blocks[block.ptr] = block
-        for t in p.stat_types:
-            stats.allocation[t].increase(1)
-            stats.allocated_bytes[t].increase(block.size)
-            stats.active[t].increase(1)
-            stats.active_bytes[t].increase(block.size)
-            stats.requested_bytes[t].increase(orig_size)
+        # increase_stat on allocation, allocated_bytes, active, active_bytes, requested_bytes
+        # for the aggregate and the pool's type, inlined because this is the hot path.
+        groups = self._stat_groups[pool.is_small]
+        for st, amount in ((groups[0], 1), (groups[1], block.size), (groups[2], orig_size)):
+            for stat in st:
+                c = stat.current + amount
+                stat.current = c
+                stat.allocated += amount
+                if c > stat.peak:
+                    stat.peak = c
         if block.size >= self.config.max_split_size:
             stats.oversize_allocations.increase(1)
         return block
@@ -348,9 +370,14 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         context = self._gather(tr.ALL, context)
         block.allocated = False
         stats = self.stats
-        for t in stat_types_for(block.pool):
-            stats.allocation[t].decrease(1)
-            stats.allocated_bytes[t].decrease(block.size)
+        groups = self._stat_groups[block.pool.is_small]
+        size = block.size
+        for stat in groups[3]:  # allocation
+            stat.current -= 1
+            stat.freed += 1
+        for stat in groups[4]:  # allocated_bytes
+            stat.current -= size
+            stat.freed += size
         self.record_trace(tr.FREE_REQUESTED, block.ptr, block.requested_size, block.stream,
                           context if context is not None else block.context_when_allocated)
         if block.size >= self.config.max_split_size:
@@ -381,10 +408,10 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
             net_blocks += 1
             net_bytes += block.size
         stats = self.stats
-        for t in stat_types_for(pool):
-            # Expandable blocks are left out of inactive_split: their free pages can always
-            # be returned.
-            if block.expandable_segment is None:
+        # Expandable blocks are left out of inactive_split: their free pages can always be
+        # returned.
+        if block.expandable_segment is None and (net_blocks or net_bytes):
+            for t in stat_types_for(pool):
                 if net_blocks > 0:
                     stats.inactive_split[t].increase(net_blocks)
                 elif net_blocks < 0:
@@ -393,9 +420,12 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
                     stats.inactive_split_bytes[t].increase(net_bytes)
                 elif net_bytes < 0:
                     stats.inactive_split_bytes[t].decrease(-net_bytes)
-            stats.active[t].decrease(1)
-            stats.active_bytes[t].decrease(original_block_size)
-            stats.requested_bytes[t].decrease(requested_size)
+        groups = self._stat_groups[pool.is_small]
+        for st, amount in ((groups[5], 1), (groups[6], original_block_size),
+                           (groups[7], requested_size)):
+            for stat in st:
+                stat.current -= amount
+                stat.freed += amount
 
     def try_merge_blocks(self, dst: Block, src, pool: BlockPool) -> int:
         """Absorb free neighbour ``src`` into ``dst``; returns the bytes subsumed (0 = no merge)."""
