@@ -366,19 +366,63 @@ def test_expandable_segments_avoid_the_fragmentation_oom():
     gpu.check_invariants()
 
 
-def test_garbage_collection_needs_a_fraction():
+def test_garbage_collection_frees_every_old_whole_segment():
+    # 1 GiB device, fraction 0.8 -> limit 858993459 B; GC threshold 0.5 of it = 429496729 B.
+    # Six 100 MiB segments are cached (600 MiB > threshold). All six were inserted into the pool
+    # at the same search count, so all have the average age and one GC pass frees all of them
+    # (GC does not stop at its target). The 300 MiB request then gets a fresh segment.
     gpu = fresh("1GiB", conf="garbage_collection_threshold:0.5")
     gpu.set_per_process_memory_fraction(0.8)
     xs = [gpu.empty(100 * MiB) for _ in range(6)]
     for x in xs:
         x.free()
-    # 600 MiB cached > 0.5 * 819 MiB: the next miss collects old whole free segments first.
     y = gpu.empty(300 * MiB)
     stats = gpu.memory_stats()
-    assert stats["num_device_free"] >= 1
-    assert stats["num_alloc_retries"] == 0
+    assert stats["num_device_free"] == 6 and stats["num_alloc_retries"] == 0
+    assert gpu.memory_reserved() == 300 * MiB
     gpu.check_invariants()
     del y
+
+
+def test_garbage_collection_keeps_recently_used_segments():
+    # Limit 512 MiB, GC threshold 256 MiB. A, B, C (100 MiB) are freed at search count 3; A is
+    # reused and freed again at count 4. At the next miss (count 5) ages are A=1, B=C=2, average
+    # 5/3: B and C go (200 MiB >= the 44 MiB target), A stays.
+    gpu = fresh("1GiB", conf="garbage_collection_threshold:0.5")
+    gpu.set_per_process_memory_fraction(0.5)
+    a, b, c = (gpu.empty(100 * MiB) for _ in range(3))
+    a_addr = a.address
+    a.free(); b.free(); c.free()
+    again = gpu.empty(100 * MiB)
+    assert again.address == a_addr  # best fit, lowest address
+    again.free()
+    big = gpu.empty(300 * MiB)
+    assert gpu.memory_stats()["num_device_free"] == 2
+    assert gpu.memory_reserved() == 400 * MiB
+    assert any(seg["address"] == a_addr for seg in gpu.memory_snapshot())
+    del big
+
+
+def test_no_garbage_collection_without_a_limit():
+    gpu = fresh("1GiB", conf="garbage_collection_threshold:0.5")
+    xs = [gpu.empty(100 * MiB) for _ in range(6)]
+    for x in xs:
+        x.free()
+    y = gpu.empty(300 * MiB)
+    assert gpu.memory_stats()["num_device_free"] == 0
+    del y
+
+
+@pytest.mark.parametrize("nbytes, mapped", [(1, 2 * MiB), (5 * MiB, 20 * MiB), (30 * MiB, 40 * MiB),
+                                            (40 * MiB, 40 * MiB)])
+def test_expandable_segments_map_whole_pages_of_the_rounded_request(nbytes, mapped):
+    gpu = fresh(conf="expandable_segments:True")
+    x = gpu.empty(nbytes)
+    assert gpu.memory_reserved() == mapped
+    maps = [e for e in gpu.snapshot()["device_traces"][0] if e["action"] == "segment_map"]
+    assert sum(e["size"] for e in maps) == mapped
+    assert gpu.memory_stats()["num_device_alloc"] == len(maps)
+    del x
 
 
 def test_memory_fraction_caps_reserved_and_says_allowed():
