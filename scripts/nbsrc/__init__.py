@@ -1,0 +1,1 @@
+"""Cell sources of the curriculum notebooks, one module per notebook (see build_notebooks.py)."""
