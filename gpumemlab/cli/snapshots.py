@@ -1,0 +1,235 @@
+"""``gpumemlab report | verify | replay``: read a memory snapshot file from the command line.
+
+* ``report SNAPSHOT [--png FILE]``: memory summary, block map, fragmentation figures and the
+  largest live allocations with their frames.
+* ``verify SNAPSHOT``: replay under the recorded settings; exit 0 only when every allocation
+  address was reproduced (ALLOCATOR_SPEC.md §9).
+* ``replay SNAPSHOT --alloc-conf STR [--total-memory SIZE]``: what-if table, recorded settings
+  first, then each alternative.
+
+Every problem with the input is one line (``CLIError``), never a traceback.
+"""
+from __future__ import annotations
+
+import sys
+
+from gpumemlab.cli import CLIError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("report", help="summarise a memory snapshot file",
+                              description="Memory summary, block map, fragmentation figures and the "
+                                          "largest live allocations of a snapshot file.")
+    p.add_argument("snapshot", help="pickle from torch.cuda.memory._dump_snapshot, or JSON")
+    p.add_argument("--png", metavar="FILE", help="also draw the block map into this PNG")
+    p.add_argument("--top", type=int, default=10, help="live allocations to list (default 10)")
+    p.set_defaults(func=cmd_report)
+
+    p = subparsers.add_parser("verify", help="replay a recording and check every address",
+                              description="Replay a snapshot's history on the allocator model "
+                                          "under the recorded settings; exit status 0 only when "
+                                          "every allocation address is reproduced.")
+    p.add_argument("snapshot")
+    p.add_argument("--device", type=int, default=None, help="device trace to replay")
+    p.set_defaults(func=cmd_verify)
+
+    p = subparsers.add_parser("replay", help="what-if: replay under other allocator settings",
+                              description="Replay a recording under the recorded settings and "
+                                          "each --alloc-conf, side by side.")
+    p.add_argument("snapshot")
+    p.add_argument("--alloc-conf", action="append", default=[], metavar="STR",
+                   help="a PYTORCH_CUDA_ALLOC_CONF string (repeatable)")
+    p.add_argument("--total-memory", action="append", default=[], metavar="SIZE",
+                   help="device capacity, e.g. 80GiB (repeatable; default: the recording's)")
+    p.add_argument("--device", type=int, default=None)
+    p.set_defaults(func=cmd_replay)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _load(path):
+    import warnings
+
+    from gpumemlab.snapshot_io import SnapshotError, SnapshotWarning, load_snapshot
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SnapshotWarning)
+        try:
+            snap = load_snapshot(path)
+        except SnapshotError as exc:
+            raise CLIError(str(exc)) from None
+    for w in caught:
+        print(f"note: {w.message}", file=sys.stderr)
+    return snap
+
+
+def _size(n) -> str:
+    from gpumemlab.units import format_size
+    return format_size(int(n))
+
+
+def _progress(label):
+    """A progress line on stderr for long replays (only when stderr is a terminal)."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(done, total):
+        pct = 100.0 * done / total if total else 100.0
+        end = "\n" if done >= total else ""
+        print(f"\r{label}: {done}/{total} entries ({pct:5.1f}%)", end=end, file=sys.stderr,
+              flush=True)
+    return show
+
+
+def _replay(snap, label, path, **kw):
+    from gpumemlab.replay import ReplayError, replay
+    try:
+        return replay(snap, progress=_progress(label), **kw)
+    except ReplayError as exc:
+        msg = str(exc)
+        if msg.startswith("snapshot: "):      # name the file, not the in-memory dict
+            msg = f"{path}: {msg[len('snapshot: '):]}"
+        raise CLIError(msg) from None
+    except ValueError as exc:       # e.g. a bad --total-memory
+        raise CLIError(str(exc)) from None
+
+
+def _fragmentation(snap, total_memory=None):
+    try:
+        from gpumemlab.metrics import fragmentation
+    except ImportError:
+        return None
+    try:
+        return fragmentation(snap, total_memory=total_memory)
+    except Exception:               # metrics are a view: never fail the command over them
+        return None
+
+
+# ----------------------------------------------------------------------------- report
+
+def cmd_report(args) -> int:
+    snap = _load(args.snapshot)
+    segments = snap["segments"]
+    out = []
+    reserved = sum(s["total_size"] for s in segments)
+    allocated = sum(s["allocated_size"] for s in segments)
+    requested = sum(s["requested_size"] for s in segments)
+    traces = snap["device_traces"]
+    out.append(f"{args.snapshot}")
+    out.append(f"  segments: {len(segments)} ({sum(s['segment_type'] == 'small' for s in segments)} "
+               f"small, {sum(s['segment_type'] == 'large' for s in segments)} large, "
+               f"{sum(bool(s['is_expandable']) for s in segments)} expandable)")
+    out.append(f"  reserved {_size(reserved)}, allocated {_size(allocated)}, "
+               f"requested {_size(requested)}, cached free {_size(reserved - allocated)}")
+    out.append(f"  trace entries: {', '.join(str(len(t)) for t in traces) or 'none (no history)'}")
+    settings = snap.get("allocator_settings") or {}
+    out.append(f"  allocator settings: {settings.get('PYTORCH_CUDA_ALLOC_CONF') or 'default'}")
+    frag = _fragmentation(snap)
+    if frag is not None:
+        out.append("")
+        out.append(str(frag))
+    out.append("")
+    out.append(_blockmap_text(snap))
+    out.append("")
+    out.append(f"largest live allocations (top {args.top}):")
+    live = [(b["size"], b["requested_size"], b["address"], b.get("frames") or [])
+            for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
+    live.sort(key=lambda t: (-t[0], t[2]))
+    for size, req, addr, frames in live[: args.top]:
+        where = _frame_text(frames)
+        out.append(f"  {_size(size):>12}  requested {req:>12}  at {addr:#x}  {where}")
+    if not live:
+        out.append("  (none)")
+    print("\n".join(out))
+    if args.png:
+        _png(snap, args.png)
+    return 0
+
+
+def _frame_text(frames) -> str:
+    for f in frames:
+        if isinstance(f, dict) and f.get("filename") not in (None, "??"):
+            return f"{f.get('filename')}:{f.get('line')} {f.get('name')}"
+    return "(no frames recorded)"
+
+
+def _blockmap_text(snap) -> str:
+    try:
+        from gpumemlab.viz import text_blockmap
+        return text_blockmap(snap)
+    except Exception:
+        # without the views: one line per segment, '#' allocated, '.' free, 64 columns
+        lines = ["block map (# allocated, + pending free, . free):"]
+        for s in snap["segments"]:
+            row = []
+            for b in s["blocks"]:
+                cells = max(1, round(64 * b["size"] / max(s["total_size"], 1)))
+                ch = {"active_allocated": "#", "active_pending_free": "+"}.get(b["state"], ".")
+                row.append(ch * cells)
+            lines.append(f"  {s['address']:#014x} {_size(s['total_size']):>12} |{''.join(row)[:64]}|")
+        return "\n".join(lines)
+
+
+def _png(snap, path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        from gpumemlab.viz import show
+    except Exception as exc:
+        raise CLIError(f"--png needs matplotlib and gpumemlab.viz ({exc})") from None
+    fig = show(snap)
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as exc:
+        raise CLIError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    print(f"block map written to {path}")
+
+
+# ----------------------------------------------------------------------------- verify
+
+def cmd_verify(args) -> int:
+    snap = _load(args.snapshot)
+    result = _replay(snap, "verify", args.snapshot, device=args.device)
+    done = result.allocations - result.address_mismatches
+    print(f"{args.snapshot}: {result.replayed} of {result.entries} trace entries replayed under "
+          f"{result.recorded_alloc_conf or 'default settings'}")
+    print(f"  allocation addresses reproduced: {done} of {result.allocations}"
+          f" ({result.address_mismatches} mismatches)")
+    if result.start_problems:
+        print(f"  start state: {len(result.start_problems)} problems, first: "
+              f"{result.start_problems[0]}")
+    for note in result.notes:
+        print(f"  note: {note}")
+    if result.oom is not None:
+        print(f"  the model ran out of memory at entry {result.oom['index']}")
+    ok = result.reproduced and result.replayed == result.entries
+    print("verified: every allocation address reproduced" if ok else "NOT verified")
+    return 0 if ok else 1
+
+
+# ----------------------------------------------------------------------------- replay
+
+def cmd_replay(args) -> int:
+    snap = _load(args.snapshot)
+    confs = [None] + list(args.alloc_conf)
+    totals = list(args.total_memory) or [None]
+    rows = []
+    for total in totals:
+        for conf in confs:
+            label = "recorded" if conf is None else conf
+            r = _replay(snap, label, args.snapshot, alloc_conf=conf, total_memory=total, device=args.device)
+            frag = _fragmentation(r.snapshot, total_memory=r.total_memory)
+            ext = "-" if frag is None else f"{frag['external_fragmentation']:.2f}"
+            rows.append((label + ("" if conf is None else ""), _size(r.total_memory),
+                         _size(r.peak_reserved), _size(r.peak_allocated),
+                         _size(r.peak_reserved - r.peak_allocated), ext,
+                         "yes" if r.oom else "no",
+                         "-" if r.oom is None else str(r.oom["index"])))
+    head = ("settings", "capacity", "peak reserved", "peak allocated", "reserved-allocated",
+            "ext. frag (end)", "OOM", "at entry")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
+    print(line)
+    print("-" * len(line))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    return 0

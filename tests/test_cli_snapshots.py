@@ -1,0 +1,79 @@
+"""gpumemlab report | verify | replay on snapshot files: output, exit status, one-line errors."""
+import pickle
+from pathlib import Path
+
+import pytest
+
+from gpumemlab.cli import main
+
+FIX = Path(__file__).parent / "fixtures" / "snapshots"
+FRAG = str(FIX / "sim_fragmentation_oom.pickle")
+TRAIN = str(FIX / "sim_train_step_like.pickle")
+
+
+def test_report_shows_summary_blockmap_and_largest_allocations(capsys):
+    assert main(["report", FRAG, "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "reserved 3.50 GiB, allocated 1.75 GiB" in out
+    assert "largest live allocations (top 2)" in out
+    assert out.count("256.00 MiB  requested    268435456") == 2
+    assert "make_fixtures.py" in out or "scenarios.py" in out     # frames of the allocation
+
+
+def test_report_png(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "map.png"
+    assert main(["report", FRAG, "--png", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("path", [FRAG, TRAIN])
+def test_verify_reproduces_fixtures(path, capsys):
+    assert main(["verify", path]) == 0
+    out = capsys.readouterr().out
+    assert "0 mismatches" in out and "verified" in out
+
+
+def test_verify_fails_on_a_doctored_recording(tmp_path, capsys):
+    snap = pickle.loads(Path(TRAIN).read_bytes())
+    trace = snap["device_traces"][0]
+    k = max(i for i, e in enumerate(trace) if e["action"] == "alloc")
+    trace[k]["addr"] += 1024
+    bad = tmp_path / "bad.pickle"
+    bad.write_bytes(pickle.dumps(snap))
+    assert main(["verify", str(bad)]) == 1
+    assert "NOT verified" in capsys.readouterr().out
+
+
+def test_replay_table_has_a_row_per_setting(capsys):
+    assert main(["replay", FRAG, "--alloc-conf", "expandable_segments:True",
+                 "--total-memory", "4GiB", "--total-memory", "8GiB"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines[2:]]
+    assert len(rows) == 4
+    assert rows[0][0] == "recorded" and rows[0][-2] == "yes"        # 4 GiB: the recorded OOM
+    assert rows[1][0] == "expandable_segments:True" and rows[1][-2] == "no"
+    assert rows[2][-2] == "no"                                       # 8 GiB: fits as recorded
+
+
+@pytest.mark.parametrize("payload, words", [
+    (None, "no such file"),
+    (b"\x80\x04K\x01", "truncated"),
+    (b"garbage", "not a memory snapshot"),
+    (pickle.dumps({"segments": []}), "no trace"),
+])
+def test_errors_are_one_line(tmp_path, capsys, payload, words):
+    path = tmp_path / "x.pickle"
+    if payload is not None:
+        path.write_bytes(payload)
+    status = main(["verify", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if "error:" in line]
+    assert status == 2 and len(errors) == 1 and words in errors[0] and str(path) in errors[0]
+    assert not any("Traceback" in line for line in err)
+
+
+def test_bad_alloc_conf_is_one_line(capsys):
+    assert main(["replay", FRAG, "--alloc-conf", "nonsense_option:3"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "nonsense_option" in err
