@@ -58,7 +58,7 @@ def describe_event(history, state, i: int) -> str:
         block_size = format_size(block[0]) if block and block[0] else format_size(size)
         text = f"free of the {block_size} block at {where(state, addr)} requested (del)"
         if nxt.get("action") == "free_completed" and nxt.get("addr") == addr:
-            return head + text + "; it returns to the cache at once"
+            return head + text + "; the next entry returns it to the cache"
         return head + text + ("; it stays pending until work on other streams that used it "
                               "finishes (record_stream)")
     if action == "free_completed":

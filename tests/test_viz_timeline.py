@@ -1,0 +1,85 @@
+"""The timeline plots the per-event totals the trace implies, with peaks, releases and OOMs."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+import gpumemlab as gml  # noqa: E402
+from gpumemlab.viz.history import History  # noqa: E402
+
+GiB, MiB = 1 << 30, 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    import matplotlib.pyplot as plt
+    plt.close("all")
+
+
+def oom_run(conf=""):
+    """Three 1.5 GiB tensors on a 5 GiB device, the middle one freed, then a 2.5 GiB request."""
+    gpu = gml.SimulatedGPU("5GiB", alloc_conf=conf)
+    a, b, c = (gpu.empty(3 * GiB // 2) for _ in range(3))
+    b.free()
+    gpu.empty_cache()
+    try:
+        gpu.empty(5 * GiB // 2)
+    except gml.OutOfMemoryError:
+        pass
+    return gpu, (a, c)
+
+
+def lines(fig):
+    return {line.get_gid(): line for ax in fig.axes for line in ax.lines}
+
+
+def test_curves_are_the_history_totals():
+    gpu, keep = oom_run()
+    h = History(gpu)  # each gpu.snapshot() adds a 'snapshot' entry, so read the trace once
+    fig = gml.timeline(h)
+    drawn = lines(fig)
+    for name in ("allocated_bytes", "reserved_bytes", "requested_bytes"):
+        assert np.allclose(drawn[name].get_ydata(), np.array(h.totals[name]) / GiB)
+    assert fig.axes[0].get_ylabel() == "memory (GiB)"
+    peak = drawn["peak:reserved_bytes"]
+    assert peak.get_ydata()[0] == pytest.approx(4.5)
+    assert "peak 4.50 GiB" in drawn["reserved_bytes"].get_label()
+    oom = drawn["oom"]
+    assert list(oom.get_xdata()) == [i for i, e in enumerate(h.events) if e["action"] == "oom"]
+    release = [i for i, e in enumerate(h.events) if e["action"] == "segment_free"]
+    assert release and drawn["release"].get_xdata()[0] == release[0]
+    assert drawn["capacity"].get_ydata()[0] == pytest.approx(5.0)
+
+
+def test_compare_runs_on_one_axis():
+    plain, _k1 = oom_run()
+    es, _k2 = oom_run("expandable_segments:True")
+    fig = gml.timeline([plain, es], labels=["default", "expandable"])
+    drawn = lines(fig)
+    assert {"reserved:0", "reserved:1", "allocated:0", "allocated:1"} <= set(drawn)
+    assert drawn["reserved:0"].get_label().startswith("default: reserved (peak")
+    data = fig.gml_timeline
+    assert [d["label"] for d in data] == ["default", "expandable"]
+    assert max(data[0]["reserved_bytes"]) == 4.5 * GiB
+    with pytest.raises(ValueError, match="labels"):
+        gml.timeline([plain, es], labels=["one"])
+
+
+def test_replay_result_like_objects_and_rows():
+    class Result:
+        label = "what-if"
+        timeline = [{"event": i, "action": a, "allocated_bytes": v, "reserved_bytes": 2 * v,
+                     "requested_bytes": v} for i, (a, v) in
+                    enumerate([("alloc", MiB), ("alloc", 3 * MiB), ("oom", 3 * MiB)])]
+        snapshot = {"segments": []}
+    fig = gml.timeline(Result())
+    drawn = lines(fig)
+    assert np.allclose(drawn["reserved_bytes"].get_ydata(), [2, 6, 6])
+    assert list(drawn["oom"].get_xdata()) == [2]
+    fig = gml.timeline(Result.timeline, cursor=1)
+    assert lines(fig)["cursor"].get_xdata()[0] == 1
+    with pytest.raises(ValueError, match="timeline row"):
+        gml.timeline([{"event": 0, "reserved_bytes": 1}])
