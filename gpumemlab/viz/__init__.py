@@ -2,7 +2,8 @@
 
 Every view reads snapshot dicts (PyTorch's ``torch.cuda.memory._snapshot()`` format), so real and
 simulated snapshots look alike. Names resolve lazily: importing ``gpumemlab.viz`` imports neither
-matplotlib nor ipywidgets.
+matplotlib nor ipywidgets. No submodule shares a name with a function it exports: importing
+``gpumemlab.viz.timeline`` would otherwise replace the ``timeline`` function on this package.
 """
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import importlib
 
 _LAZY = {
     "show": "gpumemlab.viz.blockmap",
-    "timeline": "gpumemlab.viz.timeline",
-    "player": "gpumemlab.viz.player",
-    "Player": "gpumemlab.viz.player",
+    "timeline": "gpumemlab.viz.memory_timeline",
+    "player": "gpumemlab.viz.live_player",
+    "Player": "gpumemlab.viz.live_player",
     "text_blockmap": "gpumemlab.viz.text",
     "text_trace": "gpumemlab.viz.text",
     "History": "gpumemlab.viz.history",

@@ -38,7 +38,7 @@ class Player:
 
     def __init__(self, source, *, device=None, request=None, interval_ms=400, dpi=72,
                  start=None):
-        from gpumemlab.viz.timeline import timeline_data
+        from gpumemlab.viz.memory_timeline import timeline_data
         self.history = source if isinstance(source, History) else History(source, device=device)
         n = len(self.history)
         if n == 0:
@@ -110,7 +110,7 @@ class Player:
     def _build_figure(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from gpumemlab.viz.timeline import draw_timeline
+        from gpumemlab.viz.memory_timeline import draw_timeline
         # a bare Figure, not pyplot: it is shown only through the Image widget, never twice
         self.figure = Figure(figsize=(10, 7.5), dpi=self.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
