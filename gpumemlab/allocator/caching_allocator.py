@@ -175,15 +175,24 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
 
     def malloc(self, orig_size: int, stream: int = 0, context=None) -> Block:
         """Allocate ``orig_size`` bytes on ``stream``; raises :class:`OutOfMemoryError`."""
-        _check_size(orig_size, "size")
-        _check_stream(stream)
+        if type(orig_size) is not int:  # noqa: E721  (fast path; bools and floats are rejected)
+            _check_size(orig_size, "size")
+        elif orig_size < 0:
+            _check_size(orig_size, "size")
+        if type(stream) is not int or stream < 0:  # noqa: E721
+            _check_stream(stream)
         if orig_size >= ONE_EXA_BYTES:
             raise OutOfMemoryError(EXA_MESSAGE, requested_size=orig_size, device=self.device)
-        context = self._gather(tr.STATE, context)
-        self.process_events(context)
+        if self.record_context_ < tr.STATE:
+            context = None
+        if self.cuda_events:
+            self.process_events(context)
         config = self.config
-        size = round_size(orig_size, config)
-        pool = self.get_pool(size, stream)
+        if config.any_roundup:
+            size = round_size(orig_size, config)
+        else:  # round_size without roundup_power2_divisions, inlined
+            size = 512 if orig_size < 512 else (orig_size + 511) // 512 * 512
+        pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
         alloc_size = get_allocation_size(size, config.large_segment_size)
         p = AllocParams(self.device, size, stream, pool, alloc_size)
 
@@ -367,7 +376,8 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         if self.active_blocks.get(block.ptr) is not block or not block.allocated:
             raise ValueError(f"invalid device pointer: {block.ptr:#x} (double free, or a block "
                              f"of another allocator)")
-        context = self._gather(tr.ALL, context)
+        if self.record_context_ < tr.ALL:
+            context = None
         block.allocated = False
         stats = self.stats
         groups = self._stat_groups[block.pool.is_small]

@@ -77,6 +77,7 @@ class AllocatorConfig:
         self.per_process_memory_fraction = 1.0
         self.backend = "native"
         self.last_allocator_settings = ""
+        self.any_roundup = False  # any bucket with divisions > 1 (else round_size is plain 512s)
 
     @classmethod
     def parse(cls, env: str | None = "") -> "AllocatorConfig":
@@ -133,6 +134,7 @@ class AllocatorConfig:
             if i + 1 < len(tokens):
                 i += 1  # the ',' (also unchecked in c10)
             i += 1
+        self.any_roundup = any(d > 1 for d in self.roundup_power2_divisions_)
 
     def settings_dict(self) -> dict:
         """The ``allocator_settings`` entry of ``torch.cuda.memory._snapshot()``."""
