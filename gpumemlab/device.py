@@ -11,7 +11,7 @@ import os
 import sys
 import traceback
 
-from gpumemlab.allocator import (ONE_EXA_BYTES_ALIAS, AllocatorConfig, DeviceCachingAllocator,
+from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
                                  alloc_conf_from_environ, memory_summary)
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
 from gpumemlab.errors import OutOfMemoryError
@@ -139,7 +139,7 @@ class SimulatedGPU:
             raise ValueError(f"stream must be a non-negative int (0 = default stream), got {stream!r}")
         if nbytes == 0:
             return Allocation(self, None, 0, stream)  # like PyTorch: size 0 skips the allocator
-        if nbytes >= ONE_EXA_BYTES_ALIAS:
+        if nbytes >= ONE_EXA_BYTES:
             raise SizeTooLargeError("CUDA out of memory. Tried to allocate more than 1EB memory.",
                                     requested_size=nbytes, device=self.device_index)
         context = _caller_frames() if self.record_frames else None

@@ -2,9 +2,9 @@
 
 Follows c10/cuda/CUDACachingAllocator.cpp function by function, with c10's names:
 ``malloc`` (the fallback chain), ``get_free_block``, ``should_split``, ``alloc_block``,
-``alloc_found_block``, ``free``, ``free_block``, ``try_merge_blocks``, ``record_stream`` and the
-event bookkeeping. Releasing memory (``release_cached_blocks`` and friends) is in
-``release.py``; expandable segments in ``expandable_ops.py``; snapshots in ``snapshot.py``.
+``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. Streams and events
+(``record_stream``) are in ``events.py``; releasing memory (``release_cached_blocks`` and friends)
+in ``release.py``; expandable segments in ``expandable_ops.py``; snapshots in ``snapshot.py``.
 
 The model is a pure state machine: no clock, no randomness, no I/O. Streams are integers
 (0 is the default stream). Events recorded by ``record_stream`` complete the next time the
@@ -20,9 +20,11 @@ from .block import Block, BlockPool
 from .config import AllocatorConfig
 from .constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
 from .driver import CudaDriver
+from .events import EventsMixin, _check_stream
 from .expandable_ops import ExpandableOpsMixin
 from .oom import EXA_MESSAGE, OutOfMemoryError, oom_message
 from .release import ReleaseMixin
+from .settings import SettingsMixin
 from .rounding import get_allocation_size, round_size
 from .snapshot import SnapshotMixin
 from .stats import DeviceStats, max_split_size_stat, stat_types_for
@@ -51,12 +53,8 @@ def _check_size(value, name):
         raise ValueError(f"{name} must not be negative, got {value}")
 
 
-def _check_stream(stream):
-    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
-        raise ValueError(f"stream must be a non-negative int handle (0 = default stream), got {stream!r}")
-
-
-class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
+class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, ExpandableOpsMixin,
+                             SnapshotMixin):
     """The caching allocator of one (simulated) device."""
 
     def __init__(self, total_memory: int, config: AllocatorConfig | None = None, device: int = 0,
@@ -96,61 +94,6 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
         return (pair("allocation", "active"), pair("allocated_bytes", "active_bytes"),
                 pair("requested_bytes"), pair("allocation"), pair("allocated_bytes"),
                 pair("active"), pair("active_bytes"), pair("requested_bytes"))
-
-    # ------------------------------------------------------------------ settings
-    @property
-    def total_memory(self) -> int:
-        return self.driver.total_memory
-
-    def record_history_settings(self, enabled: bool, context: str | None = "all",
-                                max_entries: int = sys.maxsize) -> None:
-        """c10 ``recordHistory``; turning it off clears the history."""
-        self.record_history = bool(enabled)
-        self.alloc_buffer.set_max_entries(max_entries)
-        self.record_context_ = tr.context_level(context) if enabled else tr.NEVER
-        if not enabled:
-            self.alloc_buffer.clear()
-
-    def set_allocator_settings(self, env: str) -> None:
-        """``torch.cuda.memory._set_allocator_settings``: parse onto the current settings.
-
-        As in c10, ``memory_stats()["max_split_size"]`` keeps the value the allocator was built
-        with, and the oversize counters use whatever threshold is in force at each event (so
-        they are only exact while max_split_size is unchanged).
-        """
-        before = self.config.max_split_size
-        self.config.apply(env)
-        if self.config.max_split_size != before:
-            self.oversize_stats_exact = False
-
-    def set_memory_fraction(self, fraction: float) -> None:
-        """c10 ``setMemoryFraction``: cap reserved memory at ``fraction`` of the device.
-
-        As in newest PyTorch, a fraction of 1.0 removes the limit (and with it garbage
-        collection); below 1.0 the limit is ``fraction * total_memory``.
-        """
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-            raise TypeError("Invalid type for fraction argument, must be `float`")
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"invalid fraction:{fraction}. Please set within [0, 1].")
-        if fraction < 1.0:
-            self.allowed_memory_maximum = int(fraction * self.driver.total_memory)
-        else:
-            self.allowed_memory_maximum = None
-
-    def get_memory_fraction(self) -> float:
-        if self.allowed_memory_maximum is None:
-            return 1.0
-        return self.allowed_memory_maximum / self.driver.total_memory
-
-    @property
-    def set_fraction(self) -> bool:
-        """Whether a memory limit is in force (c10 2.4's ``set_fraction``)."""
-        return self.allowed_memory_maximum is not None
-
-    def _gc_enabled(self) -> bool:
-        return (self.allowed_memory_maximum is not None
-                and self.config.garbage_collection_threshold > 0.0)
 
     # ------------------------------------------------------------------ tracing
     def _gather(self, level: int, context):
@@ -458,47 +401,6 @@ class DeviceCachingAllocator(ReleaseMixin, ExpandableOpsMixin, SnapshotMixin):
                 dst.next.prev = dst
         dst.size += src.size
         return src.size
-
-    # ------------------------------------------------------------------ streams and events
-    def record_stream(self, block: Block, stream: int) -> None:
-        """c10 ``recordStream``: the block is also used on ``stream``; on free it waits for it."""
-        _check_stream(stream)
-        if not block.allocated:
-            raise ValueError("record_stream on a block that is not allocated")
-        if stream == block.stream:
-            return  # uses on the allocation stream need no synchronization
-        if block.stream_uses is None:
-            block.stream_uses = {}
-        block.stream_uses[stream] = None
-
-    def insert_events(self, block: Block) -> None:
-        streams = block.stream_uses
-        block.stream_uses = None
-        for stream in streams:
-            block.event_count += 1
-            self.cuda_events.setdefault(stream, []).append(block)
-
-    def process_events(self, context) -> None:
-        """Outstanding events are complete by the next malloc: free their blocks."""
-        if not self.cuda_events:
-            return
-        events = self.cuda_events
-        self.cuda_events = {}
-        for blocks in events.values():
-            for block in blocks:
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self.free_block(block, context)
-
-    def synchronize_and_free_events(self, context) -> None:
-        self.stats.num_sync_all_streams += 1
-        events = self.cuda_events
-        self.cuda_events = {}
-        for blocks in events.values():
-            for block in blocks:
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self.free_block(block, context)
 
     # ------------------------------------------------------------------ queries
     def memory_stats(self):

@@ -1,0 +1,59 @@
+"""Streams and events: c10's ``recordStream``, ``insert_events``, ``process_events`` and
+``synchronize_and_free_events``.
+
+A block used on another stream (``record_stream``) is not reusable when it is freed: one event is
+recorded per stream that used it, and the block stays ``active_pending_free`` until every event has
+completed. The simulator has no GPU work queued, so an event counts as complete the next time the
+allocator looks (the next ``malloc``), or when ``empty_cache``/an OOM retry synchronizes.
+"""
+from __future__ import annotations
+
+from .block import Block
+
+
+def _check_stream(stream):
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise ValueError(f"stream must be a non-negative int handle (0 = default stream), got {stream!r}")
+
+
+class EventsMixin:
+    def record_stream(self, block: Block, stream: int) -> None:
+        """c10 ``recordStream``: the block is also used on ``stream``; on free it waits for it."""
+        _check_stream(stream)
+        if not block.allocated:
+            raise ValueError("record_stream on a block that is not allocated")
+        if stream == block.stream:
+            return  # uses on the allocation stream need no synchronization
+        if block.stream_uses is None:
+            block.stream_uses = {}
+        block.stream_uses[stream] = None
+
+    def insert_events(self, block: Block) -> None:
+        streams = block.stream_uses
+        block.stream_uses = None
+        for stream in streams:
+            block.event_count += 1
+            self.cuda_events.setdefault(stream, []).append(block)
+
+    def process_events(self, context) -> None:
+        """Outstanding events are complete by the next malloc: free their blocks."""
+        if not self.cuda_events:
+            return
+        events = self.cuda_events
+        self.cuda_events = {}
+        for blocks in events.values():
+            for block in blocks:
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block, context)
+
+    def synchronize_and_free_events(self, context) -> None:
+        self.stats.num_sync_all_streams += 1
+        events = self.cuda_events
+        self.cuda_events = {}
+        for blocks in events.values():
+            for block in blocks:
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self.free_block(block, context)
+
