@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     parser.add_argument("which", nargs="*", help="notebook numbers (default: all)")
     parser.add_argument("--check", action="store_true", help="report stale notebooks, write nothing")
     args = parser.parse_args(argv)
-    keys = [k.zfill(2) for k in args.which] or list(NOTEBOOKS)
+    src = Path(__file__).resolve().parent / "nbsrc"
+    keys = [k.zfill(2) for k in args.which] or [k for k in NOTEBOOKS if (src / f"nb{k}.py").exists()]
     stale = []
     for key in keys:
         if key not in NOTEBOOKS:

@@ -26,7 +26,7 @@ except ImportError:  # a clone without `pip install -e .`: use the package next 
 %matplotlib inline
 {extra}gpu = {device}
 print(gpu.describe())
-print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or KIT_BACKEND=sim)")
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
 '''
 
 # gml.device() picks a CudaGPU when CUDA is there, else a SimulatedGPU. Until the repository has
