@@ -160,3 +160,26 @@ def test_many_segments_use_size_panels_and_no_per_block_patches():
     assert fig.axes[1].get_yticks().size == 0  # too many bands to name each
     assert sum(len(ax.patches) for ax in fig.axes) == 1  # only the largest-free outline
     assert len(rects(collections(fig)["blocks:requested"][0][1])) == 60
+
+
+def test_dense_maps_merge_paths_but_keep_every_byte():
+    # 120 segments x 60 blocks: alternating allocated (with 100 B rounding) and free, plus runs
+    # of allocated neighbours; 7,200 blocks is above the 5,000 that switches to merging
+    segs = []
+    for i in range(120):
+        blocks = []
+        for j in range(60):
+            state = "inactive" if j % 3 == 2 else "active_allocated"
+            blocks.append((MiB, MiB - 100 if state != "inactive" else 0, state))
+        segs.append(seg(i * GiB, blocks))
+    fig = gml.show({"segments": segs})
+    ax = fig.axes[0]
+    drawn = {c.get_gid(): c for c in ax.collections}
+    widths = {gid: rects(c)[:, 1].sum() - rects(c)[:, 0].sum() for gid, c in drawn.items()
+              if gid.startswith("blocks:")}
+    unit = MiB  # 60 MiB segments: the axis is in MiB
+    assert widths["blocks:requested"] + widths.get("blocks:rounding", 0) == \
+        pytest.approx(120 * 40 * MiB / unit)
+    assert widths["blocks:free"] == pytest.approx(120 * 20 * MiB / unit)
+    assert len(drawn["blocks:requested"].get_paths()) == 120 * 20  # pairs of neighbours merged
+    assert "block_edges" not in drawn

@@ -113,12 +113,16 @@ def plan_panels(segments, *, single: bool = False) -> list:
     return panels
 
 
-def block_rects(segments, rows):
+def block_rects(segments, rows, *, merge_below: int = 0):
     """Rectangles per category for the given segment numbers: {category: (row, x0, x1) lists}.
 
     Offsets are bytes from the segment start; ``row`` is the band's position in ``rows``.
+    With ``merge_below`` > 0 (dense maps, where no block edges are drawn), rounding slivers
+    narrower than that many bytes join their block's blue, and touching rectangles of one
+    colour become one: the picture is the same, with far fewer paths to draw.
     """
     rects = {name: ([], [], []) for name in BLOCK_STYLE}
+    push = _push_merging if merge_below else _push
     for pos, index in enumerate(rows):
         seg = segments[index]
         offset = 0
@@ -126,12 +130,14 @@ def block_rects(segments, rows):
             size, state = block["size"], block["state"]
             if state == "active_allocated":
                 used = min(block.get("requested_size", size), size)
-                _push(rects["requested"], pos, offset, offset + used)
+                if size - used < merge_below:
+                    used = size
+                push(rects["requested"], pos, offset, offset + used)
                 if used < size:
-                    _push(rects["rounding"], pos, offset + used, offset + size)
+                    push(rects["rounding"], pos, offset + used, offset + size)
             else:
-                _push(rects["pending" if state == "active_pending_free" else "free"],
-                      pos, offset, offset + size)
+                push(rects["pending" if state == "active_pending_free" else "free"],
+                     pos, offset, offset + size)
             offset += size
     return rects
 
@@ -140,6 +146,13 @@ def _push(target, row, x0, x1):
     target[0].append(row)
     target[1].append(x0)
     target[2].append(x1)
+
+
+def _push_merging(target, row, x0, x1):
+    if target[0] and target[0][-1] == row and target[2][-1] == x0:
+        target[2][-1] = x1
+    else:
+        _push(target, row, x0, x1)
 
 
 def _polys(rows, x0, x1, unit, height=0.8, min_width=0.0):
@@ -201,8 +214,9 @@ def draw_panel_data(ax, panel, segments, info) -> list:
     from matplotlib.collections import LineCollection, PolyCollection
     rows = panel["rows"]
     unit, _ = unit_for(max(panel["max_bytes"], 1))
-    rects = block_rects(segments, rows)
-    n_blocks = sum(len(r[0]) for r in rects.values())
+    n_blocks = sum(len(segments[i]["blocks"]) for i in rows)
+    dense = n_blocks > 5000  # then block edges are not drawn, and sub-pixel detail is merged
+    rects = block_rects(segments, rows, merge_below=panel["max_bytes"] // 2000 if dense else 0)
     artists = []
     for name, (colour, label) in BLOCK_STYLE.items():
         r, a, b = rects[name]
@@ -215,7 +229,7 @@ def draw_panel_data(ax, panel, segments, info) -> list:
                                   label=label)
             coll.set_gid(f"blocks:{name}")
             artists.append(ax.add_collection(coll, autolim=False))
-    if n_blocks <= 5000 and rows:
+    if not dense and rows:
         artists += _block_edges(ax, segments, rows, unit, LineCollection)
     artists += _segment_outlines(ax, segments, rows, unit, PolyCollection)
     largest, fit = info["largest"], info["fit"]

@@ -95,7 +95,9 @@ class Player:
     def metrics(self):
         """Fragmentation figures of the current state (``gml.fragmentation``)."""
         from gpumemlab.metrics import fragmentation
-        return fragmentation(self.state, total_memory=self.total_memory)
+        return fragmentation({"segments": self._segments,
+                              "allocator_settings": self.history.source.settings},
+                             total_memory=self.total_memory)
 
     @property
     def event(self) -> dict:
@@ -128,7 +130,7 @@ class Player:
     def _draw_map(self) -> None:
         from gpumemlab.viz.blockmap import (blockmap_info, draw_panel_data, plan_panels,
                                             setup_panel)
-        segments = self.history.segments()
+        segments = self._segments
         panels = plan_panels(segments)
         info = blockmap_info(panels, segments, self.history.rules, request=self.request)
         key = tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
@@ -178,6 +180,7 @@ class Player:
         from gpumemlab.units import format_size
         self.history.goto(k)
         self.index = k
+        self._segments = self.history.segments()  # built once a frame, read by map and metrics
         self._draw_map()
         self._cursor.set_xdata([k, k])
         lines = [self.description()]
@@ -185,8 +188,7 @@ class Player:
         if largest:
             lines.append(f"largest free block: {format_size(largest['size_bytes'])} at seg "
                          f"{largest['segment']} +{format_size(largest['offset_bytes'])}")
-        if self.blockmap_info.get("request_text"):
-            lines.append(self.blockmap_info["request_text"])
+        # the request verdict goes to the HTML line only: every glyph drawn costs a frame time
         self._title.set_text("\n".join(w for line in lines for w in textwrap.wrap(line, 120)))
         self._render()
 
@@ -197,7 +199,9 @@ class Player:
             artist.axes.draw_artist(artist) if artist.axes else self.figure.draw_artist(artist)
         self.png = _png(self.canvas)
         self.image.value = self.png
-        self.text.value = f"<b>{escape(self.description())}</b>"
+        verdict = self.blockmap_info.get("request_text")
+        self.text.value = f"<b>{escape(self.description())}</b>" + \
+            (f"<br>{escape(verdict)}" if verdict else "")
         self.table.value = self.metrics()._repr_html_()
 
     # ---- widgets
