@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpumemlab.allocator import DeviceCachingAllocator  # noqa: E402
-from gpumemlab.replay import replay  # noqa: E402
+from gpumemlab.replaying import replay  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -41,7 +41,7 @@ def make_recording(entries: int, seed: int = 0) -> dict:
 
 
 def bench_capture(repeats: int = 5):
-    from gpumemlab.capture import capture
+    from gpumemlab.capturing import capture
     from gpumemlab.capture_demo import tiny_transformer, train_step
     rows = []
     for kw in ({}, {"d_model": 256, "seq_len": 128, "n_layers": 4}):

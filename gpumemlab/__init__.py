@@ -19,8 +19,8 @@ _LAZY = {
     "format_size": ("gpumemlab.units", "format_size"),
     "parse_size": ("gpumemlab.units", "parse_size"),
     # devices
-    "SimulatedGPU": ("gpumemlab.device", "SimulatedGPU"),
-    "Allocation": ("gpumemlab.device", "Allocation"),
+    "SimulatedGPU": ("gpumemlab.simulated_gpu", "SimulatedGPU"),
+    "Allocation": ("gpumemlab.simulated_gpu", "Allocation"),
     "OutOfMemoryError": ("gpumemlab.errors", "OutOfMemoryError"),
     "CudaGPU": ("gpumemlab.cuda_device", "CudaGPU"),
     "device": ("gpumemlab.cuda_device", "device"),
@@ -28,8 +28,8 @@ _LAZY = {
     "load_snapshot": ("gpumemlab.snapshot_io", "load_snapshot"),
     "dump_snapshot": ("gpumemlab.snapshot_io", "dump_snapshot"),
     "SnapshotError": ("gpumemlab.snapshot_io", "SnapshotError"),
-    "capture": ("gpumemlab.capture", "capture"),
-    "replay": ("gpumemlab.replay", "replay"),
+    "capture": ("gpumemlab.capturing", "capture"),
+    "replay": ("gpumemlab.replaying", "replay"),
     "scenarios": ("gpumemlab.scenarios", None),
     # views and metrics
     "show": ("gpumemlab.viz", "show"),

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpumemlab.capture import CATEGORIES, capture  # noqa: E402
+from gpumemlab.capturing import CATEGORIES, capture  # noqa: E402
 from gpumemlab.capture_demo import tiny_transformer, train_step  # noqa: E402
 from gpumemlab.snapshot_io import dump_snapshot, load_snapshot, normalize_snapshot  # noqa: E402
 

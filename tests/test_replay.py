@@ -5,7 +5,7 @@ import pytest
 
 import gpumemlab as gml
 from gpumemlab import scenarios
-from gpumemlab.replay import ReplayError, replay
+from gpumemlab.replaying import ReplayError, replay
 from gpumemlab.snapshot_io import dump_snapshot
 
 MiB = 1024 * 1024

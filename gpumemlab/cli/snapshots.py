@@ -81,7 +81,7 @@ def _progress(label):
 
 
 def _replay(snap, label, path, **kw):
-    from gpumemlab.replay import ReplayError, replay
+    from gpumemlab.replaying import ReplayError, replay
     try:
         return replay(snap, progress=_progress(label), **kw)
     except ReplayError as exc:

@@ -91,7 +91,7 @@ class Capture:
 
     def replay(self, gpu=None, **kwargs):
         """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
-        from gpumemlab.replay import replay
+        from gpumemlab.replaying import replay
         return replay(self, gpu=gpu, **kwargs)
 
     def __repr__(self):
@@ -339,14 +339,3 @@ def capture(model=None, optimizer=None, *, frames: bool = True) -> Capture:
     ``frames=False`` skips the Python frames (faster). Returns the ``Capture``.
     """
     return Capture(model=model, optimizer=optimizer, frames=frames)
-
-
-class _CallableModule(type(sys)):
-    """``gml.capture`` must stay the function even after ``import gpumemlab.capture`` has set
-    the package attribute of the same name to this module: calling the module calls it."""
-
-    def __call__(self, *args, **kwargs):
-        return capture(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -100,7 +100,7 @@ def recorded_alloc_conf(snapshot: dict) -> str:
 
 def _source(source, device):
     """-> (trace entries, final segments of that device, snapshot or None, name)."""
-    from gpumemlab.capture import Capture
+    from gpumemlab.capturing import Capture
     if isinstance(source, Capture):
         return source.trace, [], None, "capture"
     if isinstance(source, (str, os.PathLike)):
@@ -339,15 +339,3 @@ def _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req):
     t_alloc(s_alloc.current)
     t_res(s_res.current)
     t_req(s_req.current)
-
-
-class _CallableModule(type(os)):
-    """``gml.replay`` must stay the function even after ``import gpumemlab.replay`` has set the
-    package attribute of the same name to this module: calling the module calls it."""
-
-    def __call__(self, *args, **kwargs):
-        return replay(*args, **kwargs)
-
-
-import sys as _sys  # noqa: E402
-_sys.modules[__name__].__class__ = _CallableModule
