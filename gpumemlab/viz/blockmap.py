@@ -51,9 +51,9 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
     info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
                          highlight_largest=highlight_largest)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
+    import textwrap
     from gpumemlab.metrics import segment_figures
     figs = segment_figures(segments, src.rules, stream=stream)
-    import textwrap
     head = "\n".join(textwrap.wrap(
         f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
         f"{format_size(figs['allocated_bytes'])} in {len(segments)} segments", 100) +
@@ -64,6 +64,7 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
             f"{format_size(figs['rounding_waste_bytes'])}")
     if info["request_text"]:
         foot += "\n" + info["request_text"]
+    foot = "\n".join(w for line in foot.split("\n") for w in textwrap.wrap(line, 110))
     if ax is None:
         fig.suptitle(head, fontsize=11)
         _legend(fig, info, foot)
@@ -215,7 +216,9 @@ def draw_panel_data(ax, panel, segments, info) -> list:
     rows = panel["rows"]
     unit, _ = unit_for(max(panel["max_bytes"], 1))
     n_blocks = sum(len(segments[i]["blocks"]) for i in rows)
-    dense = n_blocks > 5000  # then block edges are not drawn, and sub-pixel detail is merged
+    # thin bands (many rows) or many blocks: edges and outlines would paint over the blocks, so
+    # they are left out, and touching same-coloured rectangles and sub-pixel slivers are merged
+    dense = n_blocks > 5000 or len(rows) > LABEL_ROWS
     rects = block_rects(segments, rows, merge_below=panel["max_bytes"] // 2000 if dense else 0)
     artists = []
     for name, (colour, label) in BLOCK_STYLE.items():
@@ -231,7 +234,7 @@ def draw_panel_data(ax, panel, segments, info) -> list:
             artists.append(ax.add_collection(coll, autolim=False))
     if not dense and rows:
         artists += _block_edges(ax, segments, rows, unit, LineCollection)
-    artists += _segment_outlines(ax, segments, rows, unit, PolyCollection)
+    artists += _segment_outlines(ax, segments, rows, unit, PolyCollection, dense)
     largest, fit = info["largest"], info["fit"]
     if largest and largest["segment"] in rows:
         artists.append(_outline(ax, rows.index(largest["segment"]), largest["offset_bytes"],
@@ -289,9 +292,7 @@ def _block_edges(ax, segments, rows, unit, LineCollection):
     return []
 
 
-def _segment_outlines(ax, segments, rows, unit, PolyCollection):
-    # with hundreds of thin bands, dark outlines would paint over the blocks: skip plain ones
-    dense = len(rows) > 150
+def _segment_outlines(ax, segments, rows, unit, PolyCollection, dense):
     plain = [] if dense else [(pos, segments[i]["total_size"]) for pos, i in enumerate(rows)
                               if not segments[i].get("is_expandable")]
     expandable = [(pos, segments[i]["total_size"]) for pos, i in enumerate(rows)
