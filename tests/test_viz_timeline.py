@@ -83,3 +83,38 @@ def test_replay_result_like_objects_and_rows():
     assert lines(fig)["cursor"].get_xdata()[0] == 1
     with pytest.raises(ValueError, match="timeline row"):
         gml.timeline([{"event": 0, "reserved_bytes": 1}])
+
+
+def test_replay_results_with_array_timelines_compare():
+    """gml.replay returns a Timeline of parallel arrays and an ``oom`` dict with the index."""
+    class Arrays:
+        allocated, reserved, requested = [MiB, 2 * MiB], [20 * MiB, 20 * MiB], [MiB, 2 * MiB]
+
+    class Result:
+        alloc_conf = ""
+        total_memory = 64 * MiB
+        timeline = Arrays()
+        oom = {"index": 2, "size": 60 * MiB}
+
+    class Other(Result):
+        alloc_conf = "expandable_segments:True"
+        oom = None
+    fig = gml.timeline([Result(), Other()])
+    data = fig.gml_timeline
+    assert [d["label"] for d in data] == ["default settings", "expandable_segments:True"]
+    assert data[0]["event"] == [0, 1, 2] and data[0]["action"][-1] == "oom"
+    assert data[1]["reserved_bytes"] == [20 * MiB, 20 * MiB]
+    drawn = lines(fig)
+    assert list(drawn["oom"].get_xdata()) == [2]
+    assert drawn["capacity"].get_ydata()[0] == pytest.approx(64)
+
+
+def test_real_replay_results():
+    gpu, _keep = oom_run()
+    results = [gml.replay(gpu.snapshot(), total_memory="5GiB"),
+               gml.replay(gpu.snapshot(), alloc_conf="expandable_segments:True",
+                          total_memory="5GiB")]
+    fig = gml.timeline(results)
+    data = fig.gml_timeline
+    assert len(data[0]["reserved_bytes"]) >= len(results[0].timeline)
+    assert max(data[1]["reserved_bytes"]) == results[1].peak_reserved

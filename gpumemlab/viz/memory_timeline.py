@@ -28,6 +28,8 @@ def timeline_data(source, label=None) -> dict:
         rows = list(source)
     elif not isinstance(source, dict) and isinstance(getattr(source, "timeline", None), list):
         rows = source.timeline
+    elif not isinstance(source, dict) and hasattr(getattr(source, "timeline", None), "reserved"):
+        rows = _rows_from_arrays(source)
     if rows is None:
         history = History(source)
         rows, capacity = history.timeline(), history.source.total_memory
@@ -37,6 +39,8 @@ def timeline_data(source, label=None) -> dict:
             raise ValueError(f"timeline row {i} lacks {missing}: expected dicts with event, "
                              f"action, allocated_bytes, reserved_bytes, requested_bytes")
     label = label or str(getattr(source, "label", "") or getattr(source, "alloc_conf", "") or "")
+    if not label and hasattr(source, "alloc_conf"):
+        label = "default settings"
     return {
         "label": label,
         "event": [row.get("event", i) for i, row in enumerate(rows)],
@@ -44,6 +48,25 @@ def timeline_data(source, label=None) -> dict:
         **{name: [row.get(name, 0) or 0 for row in rows] for name in SERIES_STYLE},
         "total_memory": capacity if isinstance(capacity, int) else None,
     }
+
+
+def _rows_from_arrays(result) -> list:
+    """A replay result's Timeline (parallel arrays, one value per replayed trace entry) as rows;
+    its ``oom`` (a dict with the entry ``index``) becomes an 'oom' row."""
+    tl = result.timeline
+    allocated, reserved = list(tl.allocated), list(tl.reserved)
+    requested = list(getattr(tl, "requested", allocated))
+    rows = [{"event": i, "action": "", "allocated_bytes": a, "reserved_bytes": r,
+             "requested_bytes": q} for i, (a, r, q) in enumerate(zip(allocated, reserved,
+                                                                     requested))]
+    oom = getattr(result, "oom", None)
+    if isinstance(oom, dict) and isinstance(oom.get("index"), int):
+        k = oom["index"]
+        if k < len(rows):
+            rows[k]["action"] = "oom"
+        elif rows:
+            rows.append(dict(rows[-1], event=k, action="oom"))
+    return rows
 
 
 def _is_rows(obj) -> bool:
