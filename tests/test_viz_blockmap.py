@@ -101,8 +101,9 @@ def test_small_pool_panel_and_tiny_blocks_stay_visible():
 
 def test_title_legend_and_footer_name_device_settings_and_figures():
     gpu = gml.SimulatedGPU("8GiB")
-    x = gpu.empty(3 * GiB)  # noqa: F841
+    x = gpu.empty(3 * GiB)
     fig = gml.show(gpu)
+    assert x.size == 3 * GiB
     title = fig._suptitle.get_text()
     assert "Simulated GPU" in title and "8.00 GiB" in title
     assert "PYTORCH_CUDA_ALLOC_CONF=''" in title and "expandable_segments=False" in title
