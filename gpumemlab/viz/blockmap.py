@@ -73,6 +73,10 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         ax.legend(handles=_legend_handles(info), fontsize=7, loc="upper right")
         ax.set_xlabel(ax.get_xlabel() + "\n" + foot, fontsize=8)
     fig.gml_blockmap = info  # what was drawn, for tests and the player
+    if ax is None:
+        # the figure is returned, and Jupyter shows a returned figure; closing it in pyplot
+        # keeps the inline backend from showing it a second time at the end of the cell
+        plt.close(fig)
     return fig
 
 

@@ -93,12 +93,15 @@ def timeline(source, ax=None, *, labels=None, cursor=None):
     for i, d in enumerate(data):
         d["label"] = d["label"] or (f"run {i}" if compare else "")
     import matplotlib.pyplot as plt
-    if ax is None:
+    own = ax is None
+    if own:
         fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
     else:
         fig = ax.figure
     draw_timeline(ax, data, compare=compare, cursor=cursor)
     fig.gml_timeline = data
+    if own:
+        plt.close(fig)  # returned, so Jupyter shows it once (see blockmap.show)
     return fig
 
 
