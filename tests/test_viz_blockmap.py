@@ -127,7 +127,8 @@ def test_largest_free_block_and_request_fit_are_marked():
 
 
 def test_request_that_fits_nowhere_says_why():
-    fig = gml.show(snapshot(), request=300 * MiB)
+    snap = dict(snapshot(), allocator_settings={"PYTORCH_CUDA_ALLOC_CONF": ""})
+    fig = gml.show(snap, request=300 * MiB)
     assert "request" not in {p.get_gid() for ax in fig.axes for p in ax.patches}
     text = fig.gml_blockmap["request_text"]
     assert "fits no cached free block" in text and "largest block is 256.00 MiB" in text
@@ -184,3 +185,9 @@ def test_dense_maps_merge_paths_but_keep_every_byte():
     assert widths["blocks:free"] == pytest.approx(120 * 20 * MiB / unit)
     assert len(drawn["blocks:requested"].get_paths()) == 120 * 20  # pairs of neighbours merged
     assert "block_edges" not in drawn
+
+
+def test_request_verdict_under_expandable_segments_speaks_of_pages():
+    snap = snapshot()  # its settings say expandable_segments=True
+    text = gml.show(snap, request=300 * MiB).gml_blockmap["request_text"]
+    assert "expandable segment would map up to 300.00 MiB of new 20.00 MiB pages" in text

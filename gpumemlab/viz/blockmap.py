@@ -264,6 +264,14 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
             and s.get("stream", 0) == stream for b in s["blocks"] if b["state"] == "inactive"]
     held = (f"the {pool} pool has {format_size(sum(free))} free but its largest block is "
             f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
+    if rules.expandable:
+        # expandable segments grow by mapping pages of the rounded request (ALLOCATOR_SPEC §5)
+        from gpumemlab.viz.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
+        page = K_SMALL_BUFFER if pool == "small" else K_LARGE_BUFFER
+        grow = -(-rounded // page) * page
+        return (f"a {format_size(request)} request fits no cached free block: {held}, so the "
+                f"expandable segment would map up to {format_size(grow)} of new "
+                f"{format_size(page)} pages")
     return (f"a {format_size(request)} request fits no cached free block: {held}, so c10 "
             f"would cudaMalloc a new {format_size(rules.allocation_size(rounded))} segment")
 
