@@ -87,3 +87,13 @@ def test_errors_are_clear(player):
     snap["device_traces"] = [[]]
     with pytest.raises(ValueError, match="no recorded history"):
         gml.player(snap)
+
+
+def test_player_over_a_replay_with_history():
+    gpu, _xs, _big = fragmenting_run()
+    result = gml.replay(gpu.snapshot(), alloc_conf="expandable_segments:True", history=True)
+    p = gml.player(result)
+    assert len(p) == len(result.snapshot["device_traces"][0])
+    assert p.metrics()["reserved_bytes"] == result.snapshot["segments"][0]["total_size"] + sum(
+        s["total_size"] for s in result.snapshot["segments"][1:])
+    assert p.history.matches_final()
