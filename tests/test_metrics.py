@@ -146,3 +146,45 @@ def test_on_the_simulator_fragmentation_scenario():
         gpu.empty(m["largest_request_bytes"] + 512)
     gpu.empty(m["largest_request_bytes"])  # the largest request we promised does succeed
     assert len(keep) == 4
+
+
+def test_promised_largest_requests_hold_on_random_simulator_states():
+    """Property: after random allocs and frees, a request of ``largest_request_now_bytes``
+    succeeds without reserving more, ``largest_request_bytes`` succeeds, and 2 MiB more fails."""
+    from hypothesis import given, settings, strategies as st
+    import gpumemlab as gml
+
+    sizes = st.sampled_from([700, 300_000, 3 * MiB, 30 * MiB, 300 * MiB, 900 * MiB])
+    ops = st.lists(st.tuples(st.booleans(), sizes, st.integers(0, 50)), min_size=1, max_size=30)
+
+    @settings(max_examples=30, deadline=None)
+    @given(ops)
+    def check(plan):
+        def fresh_state():
+            gpu = gml.SimulatedGPU("3GiB", record_history=False)
+            live = []
+            for do_free, size, pick in plan:
+                if do_free and live:
+                    live.pop(pick % len(live)).free()
+                else:
+                    try:
+                        live.append(gpu.empty(size))
+                    except gml.OutOfMemoryError:
+                        pass
+            return gpu, live
+        gpu, live = fresh_state()
+        m = fragmentation(gpu)
+        assert m["allocated_bytes"] + m["pending_free_bytes"] + m["free_bytes"] == \
+            m["reserved_bytes"]
+        assert 0.0 <= m["external_fragmentation"] < 1.0
+        now = m["largest_request_now_bytes"]
+        assert now <= m["largest_free_block_bytes"]
+        if now:
+            reserved = gpu.memory_reserved()
+            gpu.empty(now).free()
+            assert gpu.memory_reserved() == reserved
+        gpu.empty(m["largest_request_bytes"]).free()
+        gpu, live = fresh_state()
+        with pytest.raises(gml.OutOfMemoryError):
+            gpu.empty(m["largest_request_bytes"] + 2 * MiB)
+    check()
