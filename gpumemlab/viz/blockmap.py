@@ -253,11 +253,12 @@ def draw_panel_data(ax, panel, segments, info) -> list:
 def request_verdict(fit, segments, rules, request, stream) -> str:
     """One sentence: where the request goes, or why it needs a new segment."""
     from gpumemlab.units import parse_size
+    from gpumemlab.viz.describe import plus
     request = parse_size(request, name="request")
     if fit is not None:
         return (f"a {format_size(request)} request fits: best-fit cached block of "
                 f"{format_size(fit['block_bytes'])} at seg {fit['segment']} "
-                f"+{format_size(fit['offset_bytes'])} (hatched)")
+                f"{plus(fit['offset_bytes'])} (hatched)")
     rounded = rules.round_size(request)
     pool = rules.pool(rounded)
     free = [b["size"] for s in segments if s.get("segment_type", "large") == pool

@@ -10,12 +10,17 @@ from __future__ import annotations
 from gpumemlab.units import format_size
 
 
+def plus(offset_bytes: int) -> str:
+    """An offset inside a segment: '+512.00 MiB', and '+0' at the start."""
+    return f"+{format_size(offset_bytes)}" if offset_bytes else "+0"
+
+
 def where(state, address: int) -> str:
     """'seg 3 +512.00 MiB': segment number in address order and offset inside it."""
     seg = state.find(address)
     if seg is None:
         return f"address {address:#x} (outside every segment)"
-    return f"seg {state.index(seg)} +{format_size(address - seg.address)}"
+    return f"seg {state.index(seg)} {plus(address - seg.address)}"
 
 
 def describe_event(history, state, i: int) -> str:
@@ -82,7 +87,9 @@ def describe_event(history, state, i: int) -> str:
         why = ("the OOM path released the whole free segments before giving up"
                if j < len(events) and events[j].get("action") == "oom"
                else "empty_cache() (or a cudaMalloc retry) returned a whole free segment to CUDA")
-        return head + f"cudaFree of {where(state, addr)} ({format_size(size)}): {why}"
+        seg = state.find(addr)
+        name = f"seg {state.index(seg)}" if seg is not None else f"{addr:#x}"
+        return head + f"cudaFree of {name} ({format_size(size)}): {why}"
     if action == "segment_map":
         return head + (f"expandable segment grew: {format_size(size)} of pages mapped at "
                        f"{format_size(addr)} into the address range")

@@ -178,6 +178,7 @@ class Player:
     def _show(self, k: int) -> None:
         import textwrap
         from gpumemlab.units import format_size
+        from gpumemlab.viz.describe import plus
         self.history.goto(k)
         self.index = k
         self._segments = self.history.segments()  # built once a frame, read by map and metrics
@@ -187,7 +188,7 @@ class Player:
         largest = self.blockmap_info["largest"]
         if largest:
             lines.append(f"largest free block: {format_size(largest['size_bytes'])} at seg "
-                         f"{largest['segment']} +{format_size(largest['offset_bytes'])}")
+                         f"{largest['segment']} {plus(largest['offset_bytes'])}")
         # the request verdict goes to the HTML line only: every glyph drawn costs a frame time
         self._title.set_text("\n".join(w for line in lines for w in textwrap.wrap(line, 120)))
         self._render()
