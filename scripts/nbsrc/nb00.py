@@ -111,6 +111,7 @@ CELLS = [
     drawn = fig.gml_blockmap            # what was drawn, readable from code
     print(gml.text_blockmap(sim))
     assert len(sim.memory_snapshot()) == 2      # one small-pool and one large-pool segment
+    fig
     """),
     code("""
     import matplotlib

@@ -203,6 +203,7 @@ CELLS = [
     code("""
     live = sim.memory_stats()["allocation.all.current"]
     fig = gml.show(sim, title=f"after the frees: {live} tensors live, the rest cached")
+    fig
     """),
     quiz("01"),
 ]

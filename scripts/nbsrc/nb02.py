@@ -85,6 +85,7 @@ CELLS = [
     fig = gml.show(sim, request=2 * GiB, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
     print(fig.gml_blockmap["request_text"])
     print(gml.text_blockmap(sim))
+    fig
     """),
     md("""
     ## Step 4: ask for 2 GiB
@@ -174,6 +175,7 @@ CELLS = [
     """),
     code("""
     fig = gml.timeline(sim)
+    fig
     """),
     md("""
     The timeline shows the signature of fragmentation: the **reserved** curve stays high while

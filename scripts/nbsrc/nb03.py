@@ -166,6 +166,7 @@ CELLS = [
     code("""
     fig = gml.show(snap, title="training-like program, during the 4th forward pass")
     print(gml.text_blockmap(snap))
+    fig
     """),
     md("""
     `gml.fragmentation` names the figures a reader needs, with a one-line definition each, and
@@ -193,6 +194,7 @@ CELLS = [
     """),
     code("""
     fig = gml.timeline(snap)
+    fig
     """),
     md("""
     ## Save it, load it, open it anywhere

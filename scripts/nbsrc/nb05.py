@@ -178,6 +178,7 @@ CELLS = [
     code("""
     fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
                        labels=["defaults", "roundup_power2_divisions:4"])
+    fig
     """),
     md("""
     Rounding trades a little internal waste for much less fragmentation here. It is not free:

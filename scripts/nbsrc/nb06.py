@@ -120,9 +120,11 @@ CELLS = [
     code("""
     fig = gml.show(es_card, title="expandable segments: the 2 GiB tensor fits after the holes were unmapped")
     print(gml.text_blockmap(es_card))
+    fig
     """),
     code("""
     fig = gml.timeline([cards[""][0], es_card], labels=["defaults", "expandable_segments:True"])
+    fig
     """),
     md("""
     In the block map, each mapped range of the virtual segment is drawn as its own band (this is
