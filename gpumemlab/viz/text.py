@@ -12,7 +12,7 @@ from gpumemlab.viz.source import read_source, device_segments
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
 LARGE_PAGE_BYTES = 2097152  # segsum-like pages for the large pool, doubled for huge segments
-LEGEND = ("legend: # allocated   ~ freed, pending (other streams)   . free, cached   "
+LEGEND = ("legend: # allocated   ~ freed, not yet returned (pending)   . free, cached   "
           "1-9 page partly used (tenths)")
 
 
