@@ -8,6 +8,7 @@ ratios to the targets; asserts nothing.
 """
 from __future__ import annotations
 
+import io
 import os
 import random
 import statistics
@@ -74,13 +75,13 @@ def main() -> None:
         t0 = time.perf_counter()
         fig = gml.show(snap)
         t1 = time.perf_counter()
-        fig.canvas.draw()
+        fig.savefig(io.BytesIO(), format="png", dpi=100)  # what Jupyter does with it
         t2 = time.perf_counter()
         plt.close(fig)
         totals.append((t1 - t0, t2 - t1))
     build, render = min(totals, key=lambda t: t[0] + t[1])
     print(f"block map: {len(snap['segments'])} segments, {n_blocks} blocks")
-    print(f"  build {build * 1e3:.0f} ms + render {render * 1e3:.0f} ms = "
+    print(f"  build {build * 1e3:.0f} ms + render to PNG {render * 1e3:.0f} ms = "
           f"{(build + render) * 1e3:.0f} ms (best of 3); target 2000 ms, ratio "
           f"{(build + render) / 2.0:.2f}")
     t0 = time.perf_counter()
