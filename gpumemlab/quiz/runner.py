@@ -35,9 +35,10 @@ def _text_outputs(cell) -> str:
 
 def _kernel_manager():
     """A kernel manager that runs ipykernel with this very interpreter."""
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
 
-    km = KernelManager(kernel_name="python3")
+    # nbclient needs the async manager: a blocking client would stall its timeout handling.
+    km = AsyncKernelManager(kernel_name="python3")
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.enabled=False"]
     km.kernel_spec.argv = argv
@@ -47,6 +48,7 @@ def _kernel_manager():
 def run_job(job: dict) -> dict:
     import nbformat
     from nbclient import NotebookClient
+    from jupyter_core.utils import run_sync
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
     workdir = Path(job["workdir"])
@@ -63,12 +65,13 @@ def run_job(job: dict) -> dict:
     env.update({"HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
                 "MPLCONFIGDIR": str(workdir / ".matplotlib"), "MPLBACKEND": "Agg",
                 "JUPYTER_RUNTIME_DIR": str(Path(job["private"]) / "runtime"),
-                "PYTHONDONTWRITEBYTECODE": "1", "GPUMEMLAB_HEADLESS": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(workdir / ".tmp"), "GPUMEMLAB_HEADLESS": "1",
                 "GPUMEMLAB_PROGRESS": str(workdir / ".gpumemlab-progress.json"),
                 "GPUMEMLAB_QUIZ_SEED": job.get("seed", "0"),
                 "PYTHONPATH": os.pathsep.join(job["pythonpath"])})
-    km = _kernel_manager()
-    client = NotebookClient(nb, km=km, timeout=job["cell_timeout"], allow_errors=True,
+    (workdir / ".tmp").mkdir(exist_ok=True)   # ipykernel keeps cell files here for tracebacks
+    client = NotebookClient(nb, km=_kernel_manager(), timeout=job["cell_timeout"],
+                            allow_errors=True,
                             interrupt_on_timeout=False, startup_timeout=60,
                             resources={"metadata": {"path": str(workdir)}})
     cells = nb.cells
@@ -92,10 +95,11 @@ def run_job(job: dict) -> dict:
             record_test(i, reply_box.get("reply"))
 
     def start():
+        client.km = _kernel_manager()   # a fresh manager: a shut-down one cannot be reused
         client.start_new_kernel(env=env, cwd=str(workdir))
         client.start_new_kernel_client()
         try:
-            state["kernel_pid"] = km.provisioner.process.pid
+            state["kernel_pid"] = client.km.provisioner.process.pid
         except AttributeError:
             pass
         save()
@@ -106,7 +110,7 @@ def run_job(job: dict) -> dict:
         except Exception:
             pass
         try:
-            km.shutdown_kernel(now=True)
+            run_sync(client.km.shutdown_kernel)(now=True)
         except Exception:
             pass
 

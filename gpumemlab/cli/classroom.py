@@ -1,0 +1,90 @@
+"""``gpumemlab assign`` and ``gpumemlab grade``: the classroom commands (nbgrader conventions).
+
+    gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
+    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    a = subparsers.add_parser("assign", help="make the student version of a source notebook",
+                              description="Replace solutions by stubs, drop hidden tests, lock "
+                              "the other cells; then check the source passes and the student "
+                              "version fails every test.")
+    a.add_argument("source", type=Path, help="instructor notebook (nbgrader markup)")
+    a.add_argument("out", type=Path, help="output folder, or a .ipynb path")
+    a.add_argument("--no-check", action="store_true", help="skip running both versions")
+    a.add_argument("--cell-timeout", type=float, default=60, help="seconds per cell (60)")
+    a.set_defaults(func=_assign)
+
+    g = subparsers.add_parser("grade", help="grade a folder of submissions",
+                              description="Run every SUBMISSIONS/<student>/.../NOTEBOOK in its "
+                              "own sandboxed kernel with the source's tests and hidden tests.")
+    g.add_argument("submissions", type=Path, help="folder with one sub-folder per student")
+    g.add_argument("--source", type=Path, required=True, help="instructor notebook")
+    g.add_argument("--out", type=Path, default=Path("grades.csv"), help="grades CSV path")
+    g.add_argument("--feedback", type=Path, default=None,
+                   help="folder for per-student results.json and feedback.txt "
+                        "(default: feedback/ beside the CSV)")
+    g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
+                   "name)")
+    g.add_argument("--duedate", default="", help="due date written to the CSV")
+    g.add_argument("--roster", type=Path, default=None,
+                   help="CSV with id,first_name,last_name,email")
+    g.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
+    g.add_argument("--timeout", type=float, default=300, help="seconds per notebook (300)")
+    g.add_argument("--workers", type=int, default=2, help="kernels run at once (2)")
+    g.set_defaults(func=_grade)
+
+
+def _error(msg):
+    from . import CLIError
+
+    return CLIError(msg)
+
+
+def _assign(args) -> int:
+    from ..quiz.assign import assign
+    from ..quiz.cells import NotebookFormatError
+
+    if not args.source.is_file():
+        raise _error(f"source notebook {args.source} does not exist")
+    try:
+        report = assign(args.source, args.out, check=not args.no_check,
+                        cell_timeout=args.cell_timeout)
+    except (NotebookFormatError, ValueError) as exc:
+        raise _error(f"{args.source}: {exc}") from None
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+def _grade(args) -> int:
+    from ..quiz.cells import NotebookFormatError
+    from ..quiz.grade import grade_all
+    from ..quiz.reports import read_roster, write_csv, write_feedback
+
+    if not args.source.is_file():
+        raise _error(f"source notebook {args.source} does not exist")
+    if not args.submissions.is_dir():
+        raise _error(f"submissions folder {args.submissions} does not exist")
+    if args.workers < 1 or args.cell_timeout <= 0 or args.timeout <= 0:
+        raise _error("--workers, --cell-timeout and --timeout must be positive")
+    try:
+        roster = read_roster(args.roster)
+    except (OSError, ValueError) as exc:
+        raise _error(str(exc)) from None
+    try:
+        results = grade_all(args.source, args.submissions, workers=args.workers,
+                            cell_timeout=args.cell_timeout, timeout=args.timeout,
+                            progress=sys.stderr)
+    except NotebookFormatError as exc:
+        raise _error(f"{args.source}: {exc}") from None
+    assignment = args.assignment or args.source.stem
+    write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
+    feedback = args.feedback or args.out.parent / "feedback"
+    write_feedback(results, feedback, assignment=assignment)
+    print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
+    return 0

@@ -1,0 +1,82 @@
+"""Write grading results the way teachers' tools read them.
+
+* ``grades.csv``: nbgrader's ``export`` columns, one row per student, in this order:
+  assignment, duedate, timestamp, student_id, last_name, first_name, email, raw_score,
+  late_submission_penalty, score, max_score.
+* ``<feedback>/<student>/results.json``: Gradescope's autograder format
+  (``score``, ``execution_time``, ``output``, ``tests[]`` with ``name``, ``score``, ``max_score``,
+  ``status``, ``output``).
+* ``<feedback>/<student>/feedback.txt``: the same, readable.
+
+Names and emails come from an optional roster CSV with nbgrader's columns
+``id,first_name,last_name,email``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+
+from .grade import CSV_COLUMNS
+
+
+def read_roster(path) -> dict:
+    if path is None:
+        return {}
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if not reader.fieldnames or "id" not in reader.fieldnames:
+            raise ValueError(f"roster {path} needs a header with an 'id' column "
+                             f"(and first_name, last_name, email)")
+        return {row["id"]: row for row in reader}
+
+
+def _safe(student_id: str) -> str:
+    return re.sub(r"[^\w.@+-]", "_", student_id) or "_"
+
+
+def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None) -> None:
+    roster = roster or {}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_COLUMNS)
+        for r in results:
+            who = roster.get(r.student_id, {})
+            writer.writerow([assignment, duedate, r.timestamp, r.student_id,
+                             who.get("last_name", ""), who.get("first_name", ""),
+                             who.get("email", ""), f"{r.score:g}", "0", f"{r.score:g}",
+                             f"{r.max_score:g}"])
+
+
+def gradescope(result) -> dict:
+    return {"score": result.score,
+            "execution_time": round(result.seconds, 2),
+            "output": "\n".join(result.notes),
+            "visibility": "visible",
+            "tests": [{"name": t["name"], "score": t["score"], "max_score": t["max_score"],
+                       "status": t["status"], "output": t["output"]} for t in result.tests]}
+
+
+def feedback_text(result, assignment: str) -> str:
+    lines = [f"{assignment}: feedback for {result.student_id}",
+             f"score: {result.score:g} / {result.max_score:g}", ""]
+    for t in result.tests:
+        mark = "PASS" if t["status"] == "passed" else "FAIL"
+        lines.append(f"[{mark}] {t['name']}: {t['score']:g} / {t['max_score']:g}")
+        if t["output"]:
+            lines += ["    " + line for line in t["output"].splitlines()]
+    if result.notes:
+        lines += ["", "notes:"] + [f"  - {n}" for n in result.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_feedback(results, folder, *, assignment: str) -> None:
+    folder = Path(folder)
+    for r in results:
+        d = folder / _safe(r.student_id)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "results.json").write_text(json.dumps(gradescope(r), indent=1), encoding="utf-8")
+        (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")
