@@ -1,0 +1,107 @@
+"""The curriculum notebooks are committed as clean, reproducible lesson files.
+
+Checks, for every notebook of the curriculum: it exists under its agreed name, is valid nbformat
+4 with the python3 kernelspec, has no outputs or execution counts (so nbval runs it and never
+compares stale outputs), starts with a code cell that says which device it runs on, makes real
+claims in assert cells, ends with the quiz of its own number (whose bank exists), and is exactly
+what scripts/build_notebooks.py generates from scripts/nbsrc/ (so the reviewed Python source and
+the .ipynb never drift apart). Running the notebooks is nbval's job (``./kit test``).
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+CURRICULUM = ["00_setup", "01_caching_allocator", "02_fragmentation", "03_reading_the_evidence",
+              "04_empty_cache", "05_allocator_settings", "06_expandable_segments", "07_activations",
+              "08_paged_kv_cache", "09_diagnose_your_run"]
+
+
+def _builder():
+    spec = importlib.util.spec_from_file_location("build_notebooks",
+                                                  ROOT / "scripts" / "build_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _read(name: str):
+    path = NOTEBOOK_DIR / f"{name}.ipynb"
+    assert path.exists(), f"{path.relative_to(ROOT)} is missing"
+    return nbformat.read(path, as_version=4)
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def test_the_curriculum_is_exactly_the_ten_notebooks():
+    present = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb"))
+    assert present == CURRICULUM
+    assert list(_builder().NOTEBOOKS.values()) == CURRICULUM
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_valid_notebook_with_python3_kernelspec(name):
+    nb = _read(name)
+    nbformat.validate(nb)
+    assert nb.nbformat == 4
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["kernelspec"]["language"] == "python"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_committed_without_outputs(name):
+    nb = _read(name)
+    assert "widgets" not in nb.metadata, "saved widget state: strip the notebook"
+    for i, cell in enumerate(_code_cells(nb)):
+        assert cell.execution_count is None, f"code cell {i} has an execution count"
+        assert cell.outputs == [], f"code cell {i} has outputs"
+        assert "execution" not in cell.metadata, f"code cell {i} has execution timing metadata"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_first_code_cell_reports_the_device(name):
+    first = _code_cells(_read(name))[0].source
+    assert "import gpumemlab as gml" in first
+    assert re.search(r"^gpu = gml\.device\(\)", first, re.M), "the first cell must use gml.device()"
+    assert "print(gpu.describe())" in first
+    assert "gpu.kind" in first, "the first cell must say whether the GPU is real or simulated"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_ends_with_its_own_quiz(name):
+    nb = _read(name)
+    last = nb.cells[-1]
+    number = name[:2]
+    assert last.cell_type == "code"
+    assert last.source.strip() == f'gml.quiz("{number}")'
+    assert list((ROOT / "quizzes").glob(f"{number}_*.yaml")), f"no quiz bank for notebook {number}"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_claims_are_checked_by_asserts(name):
+    asserts = sum(len(re.findall(r"^\s*assert ", c.source, re.M)) for c in _code_cells(_read(name)))
+    assert asserts >= 3, f"{name} states results without checking them ({asserts} asserts)"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_no_output_comparisons_on_stripped_cells(name):
+    # outputs are never stored, so a CHECK_OUTPUT marker would be a claim nbval never checks
+    for cell in _code_cells(_read(name)):
+        assert "NBVAL_CHECK_OUTPUT" not in cell.source
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_notebook_matches_its_generator_source(name):
+    builder = _builder()
+    key = name[:2]
+    text = (NOTEBOOK_DIR / f"{name}.ipynb").read_text(encoding="utf-8")
+    assert text == builder.render(key), (
+        f"{name}.ipynb differs from scripts/nbsrc/nb{key}.py: run python scripts/build_notebooks.py {key}")
