@@ -65,13 +65,19 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignRe
     source_nb = read_notebook(source)
     work = Path(tempfile.mkdtemp(prefix="gml-assign-"))
     try:
-        results = {}
-        for name, nb_path in (("source", source), ("student", target)):
+        from concurrent.futures import ThreadPoolExecutor
+
+        def run(name, nb_path):
             folder = work / name
             folder.mkdir()
             shutil.copy(nb_path, folder / source.name)
-            results[name] = grade_one(source_nb, name, folder, folder / source.name,
-                                      deny_roots=[], cell_timeout=cell_timeout, timeout=timeout)
+            return grade_one(source_nb, name, folder, folder / source.name, deny_roots=[],
+                             cell_timeout=cell_timeout, timeout=timeout)
+
+        with ThreadPoolExecutor(2) as pool:   # both versions at once: two kernels
+            futures = {name: pool.submit(run, name, p)
+                       for name, p in (("source", source), ("student", target))}
+            results = {name: f.result() for name, f in futures.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     src_fail = [t["name"] for t in results["source"].tests if t["status"] != "passed"]

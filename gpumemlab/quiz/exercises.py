@@ -44,7 +44,7 @@ def _segment_size(size):
 
 def _split_cases():
     rng = random.Random(1)
-    cases = [(2 * MiB, 512, True), (2 * MiB, 2 * MiB - 512, True), (2 * MiB, 2 * MiB, True),
+    cases = [(2 * MiB, 512, True), (2 * MiB, MiB - 512, True), (2 * MiB, MiB, True),
              (20 * MiB, 19 * MiB, False), (20 * MiB, 19 * MiB - 512, False),
              (20 * MiB, 2 * MiB, False), (12 * MiB, 11 * MiB, False), (12 * MiB, 10 * MiB, False)]
     for _ in range(20):
@@ -64,16 +64,21 @@ def _should_split(block_size, size, small):
     # A small request that needs a fresh segment always gets 2 MiB; a large one gets a segment of
     # exactly block_size when block_size is one the allocator itself would cudaMalloc.
     ops = [f"x = {block_size}", "del x", f"y = {size}"] if not small else [f"y = {size}"]
-    gpu = run_ops(ops, "1GiB").gpu
-    seg = next(s for s in gpu.snapshot()["segments"] if s["total_size"] == block_size)
+    outcome = run_ops(ops, "1GiB")   # keep it: its live allocations die with it
+    seg = next(s for s in outcome.gpu.snapshot()["segments"] if s["total_size"] == block_size)
     return len(seg["blocks"]) > 1
 
 
-def _frag_cases():
+def _snapshot_after(ops):
     from .compute import run_ops
 
+    outcome = run_ops(ops)   # holding the outcome keeps its allocations alive
+    return outcome.gpu.snapshot()
+
+
+def _frag_cases():
     rng = random.Random(2)
-    snaps = [run_ops([]).gpu.snapshot(), run_ops(["a = 1", "b = 1", "del a"]).gpu.snapshot()]
+    snaps = [_snapshot_after([]), _snapshot_after(["a = 1", "b = 1", "del a"])]
     for _ in range(8):
         ops, live = [], []
         for i in range(rng.randint(2, 7)):
@@ -81,7 +86,7 @@ def _frag_cases():
             live.append(f"t{i}")
             if rng.random() < 0.5:
                 ops.append(f"del {live.pop(rng.randrange(len(live)))}")
-        snaps.append(run_ops(ops).gpu.snapshot())
+        snaps.append(_snapshot_after(ops))
     return [(s,) for s in snaps]
 
 

@@ -1,0 +1,65 @@
+"""The widget view of a notebook's quiz: one box per question, feedback under each.
+
+A thin view over ``Quiz.evaluate``: every state change goes through ``answer(question_id,
+value)``, which a test (or a headless run) can call directly, as ipywidgets callbacks do.
+"""
+from __future__ import annotations
+
+
+class QuizView:
+    def __init__(self, quiz, bank):
+        import ipywidgets as w
+
+        self.quiz, self.bank, self.feedback, self.inputs = quiz, bank, {}, {}
+        seed = quiz.progress().seed
+        boxes = [w.HTML(f"<h3>Quiz {bank.notebook}: {bank.title}</h3>")]
+        from .checker import render_question
+
+        for q in bank.questions:
+            text = render_question(q, seed)
+            prompt = w.HTML("<pre style='white-space:pre-wrap'>" + _escape(text) + "</pre>")
+            if q.kind == "choice":
+                letters = "abcdefgh"[:len(q.data["options"])]
+                field = w.RadioButtons(options=list(letters), value=None)
+            elif q.kind == "code":
+                field = w.Label("Answer in code: gml.quiz.check(%r, your_function)" % q.id)
+            else:
+                field = w.Text(placeholder="your answer")
+            button = w.Button(description="Check")
+            out = w.HTML()
+            button.on_click(lambda _b, qid=q.id, f=field: self.answer(qid, f.value))
+            self.feedback[q.id], self.inputs[q.id] = out, field
+            boxes.append(w.VBox([prompt, field] + ([button] if q.kind != "code" else []) + [out]))
+        self.score = w.HTML()
+        self._update_score()
+        self.widget = w.VBox(boxes + [self.score])
+
+    def answer(self, question_id, value):
+        from .checker import AnswerError
+
+        try:
+            result = self.quiz.evaluate(question_id, value, record=True)
+            text = result.text
+        except AnswerError as exc:
+            text = f"? {exc}"
+        self.feedback[question_id].value = "<pre style='white-space:pre-wrap'>" + \
+            _escape(text) + "</pre>"
+        self._update_score()
+        return text
+
+    def _update_score(self):
+        progress = self.quiz.progress()
+        got = sum(progress.entry(q.id)["points"] for q in self.bank.questions)
+        total = sum(q.points for q in self.bank.questions)
+        self.score.value = f"<b>score: {got:g} / {total:g}</b>"
+
+    def display(self):
+        from IPython.display import display
+
+        display(self.widget)
+
+
+def _escape(text: str) -> str:
+    import html
+
+    return html.escape(text)

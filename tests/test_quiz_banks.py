@@ -1,0 +1,92 @@
+"""Question banks: every bank loads, answers are hidden, numbers come from the simulator."""
+import re
+from pathlib import Path
+
+import pytest
+
+from gpumemlab.quiz.answers import hash_answer, matches
+from gpumemlab.quiz.bank import BankError, all_banks, load_bank, parse_bank, quizzes_dir
+from gpumemlab.quiz.compute import compute
+
+ROOT = Path(__file__).resolve().parent.parent
+BANKS = all_banks(ROOT / "quizzes")
+
+
+def test_one_bank_per_curriculum_notebook():
+    assert [b.notebook for b in BANKS] == [f"{i:02d}" for i in range(10)]
+
+
+def test_the_loader_finds_the_banks_and_honours_the_env_override(monkeypatch, tmp_path):
+    assert quizzes_dir().resolve() == (ROOT / "quizzes").resolve()
+    monkeypatch.setenv("GPUMEMLAB_QUIZZES", str(tmp_path))
+    with pytest.raises(BankError, match="no question bank for notebook '02'"):
+        load_bank("02")
+
+
+def test_every_faq_question_of_the_article_is_asked():
+    faq = " ".join(q.prompt.lower() for b in BANKS for q in b.questions if q.faq)
+    for needle in ("what is \"gpu memory management and fragmentation\"",
+                   "what is gpu memory fragmentation", "why do frameworks like pytorch use a "
+                   "caching allocator", "5 gb free but cannot allocate a 2 gb tensor",
+                   "letting memory segments grow", "pagedattention"):
+        assert needle in faq, needle
+
+
+def test_choice_answers_are_stored_hashed_and_exactly_one_option_is_right():
+    for q in (q for b in BANKS for q in b.questions if q.kind == "choice"):
+        assert "answer" not in q.data
+        letters = "abcdefgh"[:len(q.data["options"])]
+        right = [x for x in letters if matches(q.id, x, q.data["salt"], [q.data["answer_hash"]])]
+        assert len(right) == 1, q.id
+
+
+def test_answers_are_not_readable_in_the_bank_files():
+    text = (ROOT / "quizzes" / "06_expandable_segments.yaml").read_text()
+    assert "answer:" not in text and "answers:" not in text
+    # the short answer only appears hashed
+    assert not re.search(r"^\s*-\s*expandable_segments\s*$", text, re.M)
+
+
+def test_numeric_answers_are_computed_by_the_simulated_gpu():
+    from gpumemlab import SimulatedGPU
+
+    gpu = SimulatedGPU("24GiB")
+    keep = gpu.empty(1)
+    q = load_bank("00").get("00.4")
+    assert compute(q.data["compute"]) == gpu.memory_reserved()
+    del keep
+    for q in (q for b in BANKS for q in b.questions if q.kind == "numeric"):
+        value = compute(q.data["compute"])
+        assert isinstance(value, (int, float)) and value >= 0, q.id
+
+
+def _bank(question):
+    return {"notebook": "02", "title": "t", "questions": [question]}
+
+
+@pytest.mark.parametrize("question, message", [
+    ({"id": "03.1", "kind": "text", "prompt": "p", "salt": "s",
+      "answer_hashes": ["0" * 64]}, "must start with the bank's notebook 02"),
+    ({"id": "02.1", "kind": "essay", "prompt": "p"}, "'kind' must be one of"),
+    ({"id": "02.1", "kind": "choice", "prompt": "p", "options": [{"text": "x"}],
+      "salt": "s", "answer_hash": "0" * 64}, "2 to 8 items"),
+    ({"id": "02.1", "kind": "choice", "prompt": "p", "options": [{"text": "x"}, {"text": "y"}],
+      "salt": "s", "answer_hash": "b"}, "SHA-256 hex digest"),
+    ({"id": "02.1", "kind": "numeric", "prompt": "p", "unit": "MiB",
+      "compute": {"ops": ["a = lots"], "measure": "memory_reserved"}}, "cannot read op"),
+    ({"id": "02.1", "kind": "numeric", "prompt": "p", "unit": "MiB",
+      "compute": {"expr": "__import__('os')"}}, "may only use numbers"),
+    ({"id": "02.1", "kind": "predict", "prompt": "p", "generator": "nope"},
+     "unknown generator"),
+    ({"id": "02.1", "kind": "text", "prompt": "p", "salt": "s", "answer_hashes": ["0" * 64],
+      "answr": 1}, "unknown keys"),
+])
+def test_bad_banks_fail_with_a_message_naming_the_problem(question, message):
+    with pytest.raises(BankError, match=re.escape(message)):
+        parse_bank(_bank(question), Path("02_x.yaml"))
+
+
+def test_hash_depends_on_question_salt_and_normalised_answer():
+    h = hash_answer("02.1", " (B) ", "salt")
+    assert h == hash_answer("02.1", "b", "salt")
+    assert h != hash_answer("02.2", "b", "salt") and h != hash_answer("02.1", "b", "pepper")
