@@ -56,7 +56,7 @@ CELLS = [
     assert sim.memory_reserved() == 2 * gml.MiB     # one small-pool segment (kSmallBuffer)
     """),
     md("""
-    One byte cost 512 bytes of *allocated* memory and 2 MiB of *reserved* memory. Notebook 01
+    One byte cost far more than one byte, twice over, in two different counters. Notebook 01
     explains both numbers; for now notice the two words. **Allocated** is what live tensors occupy;
     **reserved** is what the allocator has taken from the driver (`cudaMalloc`) and holds on to.
     `nvidia-smi` sees reserved memory (plus the CUDA context), not allocated memory.

@@ -113,7 +113,7 @@ CELLS = [
     md("""
     ## Rule 2: split the block, keep the rest (`should_split`)
 
-    The 20 MiB segment above holds one 1 MiB block and a free remainder. `alloc_found_block` split
+    The 20 MiB segment above holds one block and a free remainder. `alloc_found_block` split
     the segment because `should_split` said yes: in the small pool a remainder of at least 512 bytes
     is kept as a free block, in the large pool a remainder of more than 1 MiB (`kSmallSize`).
     The remainder serves the next requests of that pool, so more 1-10 MiB tensors need no new

@@ -7,11 +7,11 @@ CELLS = [
 
     The most confusing error in deep learning looks like this:
 
-    > `CUDA out of memory. Tried to allocate 2.00 GiB. ... of which 1024.00 MiB is free. ...
-    > 4.00 GiB is reserved by PyTorch but unallocated.`
+    > `CUDA out of memory. Tried to allocate X GiB. GPU 0 has a total capacity of ... of which
+    > Y GiB is free. ... Z GiB is reserved by PyTorch but unallocated.`
 
-    Add it up: about 5 GiB are free (1 GiB on the driver, 4 GiB cached by PyTorch), and a 2 GiB
-    tensor still fails. The reason is **fragmentation**: the free memory exists, but it is split
+    Add it up: Y + Z, the memory free on the driver plus the memory PyTorch has cached, is more
+    than X, and the tensor still fails. The reason is **fragmentation**: the free memory exists, but it is split
     into pieces, and **no single piece is large enough**. A tensor needs one contiguous range of
     addresses, and the allocator never moves live tensors to close the gaps.
 
@@ -92,9 +92,9 @@ CELLS = [
 
     `DeviceCachingAllocator::malloc` tries, in order:
 
-    1. `get_free_block`: a cached free block of at least 2 GiB on this stream? The largest is 1 GiB. No.
+    1. `get_free_block`: a cached free block of at least 2 GiB on this stream? None, as the block map showed.
     2. `garbage_collect_cached_blocks`: only if `garbage_collection_threshold` is set (notebook 05). Not here.
-    3. `alloc_block`: `cudaMalloc(2 GiB)`. The driver has 1 GiB free. Fails.
+    3. `alloc_block`: `cudaMalloc(2 GiB)`. The driver has less than that free. Fails.
     4. `release_available_cached_blocks`: only frees oversize cached blocks when `max_split_size` is
        set (notebook 05). Not here.
     5. `release_cached_blocks` (what `empty_cache()` does): returns every *wholly free* segment to
@@ -153,7 +153,7 @@ CELLS = [
     A live tensor's address is baked into everything that uses it: other tensors' views, kernels
     already queued on a stream, pointers held by libraries. The allocator cannot move it, so it can
     only merge **adjacent** free blocks. Free a neighbour, and the gap heals: freeing tensor 1
-    lets `try_merge_blocks` join blocks 0, 1 and 2 into one 3 GiB block, and the same 2 GiB
+    lets `try_merge_blocks` join blocks 0, 1 and 2 into one free block, and the same 2 GiB
     request now succeeds from the cache, without any driver call.
     """),
     code("""

@@ -63,7 +63,7 @@ CELLS = [
     ## It cannot fix fragmentation
 
     Rebuild the fragmented card of notebook 02: one 7 GiB segment, alternating free and live
-    1 GiB blocks. All 4 GiB of free cache sit inside that one segment, so `empty_cache()` has
+    1 GiB blocks. All of the free cache sits inside that one segment, so `empty_cache()` has
     nothing to return, and the 2 GiB request fails exactly as before. The fragmentation metrics
     predicted it: `non_releasable_bytes` (PyTorch's `inactive_split_bytes`, the *Non-releasable
     memory* row of `memory_summary`) is all of the free cache.
@@ -105,7 +105,7 @@ CELLS = [
     it only costs a device synchronization every time.
 
     Two 3 GiB tensors die and stay cached as two segments. A 5 GiB request fits neither cached
-    block and the driver has only 2 GiB left, so the first `cudaMalloc` fails; the automatic
+    block and the driver has too little left, so the first `cudaMalloc` fails; the automatic
     release frees both whole segments and the retry succeeds.
     """),
     code("""

@@ -5,8 +5,8 @@ CELLS = [
     md("""
     # 06 · Expandable segments: borrowing the operating system's trick
 
-    In notebook 02 the allocator held 4 GiB of free memory and still failed a 2 GiB request: the
-    free memory sat in 1 GiB holes inside one `cudaMalloc`'d segment, and a segment is one
+    In notebook 02 the allocator held gigabytes of free memory and still failed a 2 GiB request:
+    the free memory sat in 1 GiB holes inside one `cudaMalloc`'d segment, and a segment is one
     contiguous range of **physical** memory that cannot be rearranged.
 
     Operating systems solved this decades ago with **virtual memory**: a program sees contiguous
@@ -50,7 +50,7 @@ CELLS = [
     """),
     md("""
     With expandable segments the two large tensors share **one** segment that grew page by page;
-    the 100 MiB tensor started in the tail of the first 20 MiB page. Reserved memory is always a
+    the larger tensor started in the free tail of the first page. Reserved memory is always a
     whole number of pages: 20 MiB steps in the large pool, 2 MiB in the small one.
     """),
     code("""
