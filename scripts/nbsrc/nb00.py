@@ -82,7 +82,7 @@ CELLS = [
         print(f"{name}: {dev.kind:9} allocated {gml.format_size(dev.memory_allocated()):>12}  "
               f"reserved {gml.format_size(dev.memory_reserved()):>12}  "
               f"driver free {gml.format_size(free):>12} of {gml.format_size(total)}  "
-              f"segments {stats['segment.all.current']}")
+              f"segments {stats.get('segment.all.current', 0)}")  # torch returns {} before first use
     """),
     md("""
     ## What the simulator is not
