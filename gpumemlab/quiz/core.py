@@ -121,14 +121,6 @@ class Quiz:
         prefix = "" if notebook is None else notebook_key(notebook) + "."
         self.progress().reset(prefix)
 
-    def certificate(self, name: str, out_dir=".", course="GPU memory management and "
-                    "fragmentation", threshold: float = 0.7):
-        """Write an unsigned self-study completion record if the course-wide score passes."""
-        from .certificate import self_study_record
-
-        got, total = self.score()
-        return self_study_record(name, course, got, total, threshold, out_dir)
-
     def __repr__(self):
         return "gml.quiz: call gml.quiz('02') for a notebook's questions; see help(gml.quiz)"
 

@@ -65,7 +65,8 @@ def run_job(job: dict) -> dict:
     env.update({"HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
                 "MPLCONFIGDIR": str(workdir / ".matplotlib"), "MPLBACKEND": "Agg",
                 "JUPYTER_RUNTIME_DIR": str(Path(job["private"]) / "runtime"),
-                "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(workdir / ".tmp"), "GPUMEMLAB_HEADLESS": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(workdir / ".tmp"),
+                "GPUMEMLAB_HEADLESS": "1",
                 "GPUMEMLAB_PROGRESS": str(workdir / ".gpumemlab-progress.json"),
                 "GPUMEMLAB_QUIZ_SEED": job.get("seed", "0"),
                 "PYTHONPATH": os.pathsep.join(job["pythonpath"])})
