@@ -41,7 +41,7 @@ _LAZY = {
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes
-    "quiz": ("gpumemlab.quiz", "quiz"),
+    "quiz": ("gpumemlab.quizkit", "quiz"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

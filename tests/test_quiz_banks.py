@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from gpumemlab.quiz.answers import hash_answer, matches
-from gpumemlab.quiz.bank import BankError, all_banks, load_bank, parse_bank, quizzes_dir
-from gpumemlab.quiz.compute import compute
+from gpumemlab.quizkit.answers import hash_answer, matches
+from gpumemlab.quizkit.bank import BankError, all_banks, load_bank, parse_bank, quizzes_dir
+from gpumemlab.quizkit.compute import compute
 
 ROOT = Path(__file__).resolve().parent.parent
 BANKS = all_banks(ROOT / "quizzes")

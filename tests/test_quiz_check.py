@@ -1,10 +1,10 @@
 """gml.quiz: checks, hints, explanations, progress, predict variants and code exercises."""
 import pytest
 
-from gpumemlab.quiz import Quiz
-from gpumemlab.quiz.bank import load_bank
-from gpumemlab.quiz.checker import evaluate
-from gpumemlab.quiz.generators import make_variant
+from gpumemlab.quizkit import Quiz
+from gpumemlab.quizkit.bank import load_bank
+from gpumemlab.quizkit.checker import evaluate
+from gpumemlab.quizkit.generators import make_variant
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_summary_tracks_progress_across_notebooks(quiz, capsys):
     assert out.splitlines()[-1].startswith("total")
     got, total = quiz.score()
     assert got == 2 and total == sum(q.points for b in __import__(
-        "gpumemlab.quiz.bank", fromlist=["all_banks"]).all_banks() for q in b.questions)
+        "gpumemlab.quizkit.bank", fromlist=["all_banks"]).all_banks() for q in b.questions)
     quiz.reset("00")
     assert quiz.score()[0] == 1
 
@@ -126,7 +126,7 @@ def test_damaged_progress_file_is_set_aside(quiz, tmp_path):
 
 def test_widget_view_checks_through_the_same_model(quiz):
     pytest.importorskip("ipywidgets")
-    from gpumemlab.quiz.widgets import QuizView
+    from gpumemlab.quizkit.widgets import QuizView
 
     view = QuizView(quiz, quiz.bank("02"))
     assert view.answer("02.7", "1 MiB").startswith("✗ 02.7 not yet.")

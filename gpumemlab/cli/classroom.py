@@ -47,8 +47,8 @@ def _error(msg):
 
 
 def _assign(args) -> int:
-    from ..quiz.assign import assign
-    from ..quiz.cells import NotebookFormatError
+    from ..quizkit.assign import assign
+    from ..quizkit.cells import NotebookFormatError
 
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")
@@ -62,9 +62,9 @@ def _assign(args) -> int:
 
 
 def _grade(args) -> int:
-    from ..quiz.cells import NotebookFormatError
-    from ..quiz.grade import grade_all
-    from ..quiz.reports import read_roster, write_csv, write_feedback
+    from ..quizkit.cells import NotebookFormatError
+    from ..quizkit.grade import grade_all
+    from ..quizkit.reports import read_roster, write_csv, write_feedback
 
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")

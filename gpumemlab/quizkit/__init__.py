@@ -1,5 +1,5 @@
 """Quizzes and classroom grading: question banks, ``gml.quiz``, the student-version maker and
-the grader. ``quiz`` is the learner object; see ``gpumemlab.quiz.core``. Importing this package
+the grader. ``quiz`` is the learner object; see ``gpumemlab.quizkit.core``. Importing this package
 reads no bank and imports no widget library."""
 from __future__ import annotations
 

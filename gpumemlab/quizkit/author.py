@@ -1,8 +1,8 @@
 """Authoring helper: turn clear-text answers into the salted hashes a bank stores.
 
-    python -m gpumemlab.quiz.author hash 02.3 b            # prints salt and hash lines
-    python -m gpumemlab.quiz.author seal draft.yaml > quizzes/02_fragmentation.yaml
-    python -m gpumemlab.quiz.author check quizzes/         # validate every bank
+    python -m gpumemlab.quizkit.author hash 02.3 b            # prints salt and hash lines
+    python -m gpumemlab.quizkit.author seal draft.yaml > quizzes/02_fragmentation.yaml
+    python -m gpumemlab.quizkit.author check quizzes/         # validate every bank
 
 ``seal`` rewrites, line by line, ``answer: b`` into ``salt:`` + ``answer_hash:`` and
 ``answers: [x, y]`` into ``salt:`` + ``answer_hashes:``, keeping comments and layout. Keep the
@@ -76,7 +76,7 @@ def _fold_block_lists(lines):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpumemlab.quiz.author")
+    parser = argparse.ArgumentParser(prog="python -m gpumemlab.quizkit.author")
     sub = parser.add_subparsers(dest="cmd", required=True)
     h = sub.add_parser("hash", help="print the salt and hash of one answer")
     h.add_argument("question_id")

@@ -14,7 +14,7 @@ wrong attempt), ``explanation`` (shown after a correct answer or a few tries), `
 * ``code``     ``exercise``: a function the learner writes, graded against the real model
 
 Banks are found in ``$GPUMEMLAB_QUIZZES``, else ``<repo>/quizzes`` next to the package, else
-``gpumemlab/quiz/banks`` inside an installed package.
+``gpumemlab/quizkit/banks`` inside an installed package.
 """
 from __future__ import annotations
 
@@ -203,7 +203,7 @@ def _text(value, name, where) -> str:
 def _hex64(value, name, where):
     if not isinstance(value, str) or not re.fullmatch(r"[0-9a-f]{64}", value):
         raise BankError(f"{where}: '{name}' must be a SHA-256 hex digest (64 lower-case hex "
-                        f"characters); make one with python -m gpumemlab.quiz.author hash")
+                        f"characters); make one with python -m gpumemlab.quizkit.author hash")
 
 
 def _check_choice(data, where):
