@@ -12,7 +12,13 @@ the recorded state:
 * a block live at the end that the trace did not allocate was live at the start; so was an
   allocation the trace frees without ever allocating it (its block size is ``round_size`` of
   the freed size, plus any gap too small to have been split off);
-* everything else inside such segments merges into maximal free gaps.
+* everything else inside such segments merges into maximal free gaps, except that a live
+  block may own the head of the gap after it: the trace only records requested sizes, and c10
+  ``should_split`` leaves an unsplit remainder of up to ``kSmallSize`` (1 MiB; < 512 B in the
+  small pool) in the block. ``malloc`` always returns the start of the free block it picked, so
+  when the first trace event inside a gap is an ``alloc`` a little past the gap's start, the
+  free block began there and the live piece before it owns the difference
+  (``_absorb_unsplit_tails``).
 """
 from __future__ import annotations
 
@@ -104,9 +110,11 @@ def scan_start_state(segments, trace, config) -> StartState:
             continue
         start_segments[i].pieces.append(Piece(addr, round_size(max(requested, 1), config), True,
                                               requested))
-    result_live = {}
     for seg in start_segments:
         seg.pieces = _fill_gaps(seg, notes)
+    _absorb_unsplit_tails(start_segments, trace)
+    result_live = {}
+    for seg in start_segments:
         for p in seg.pieces:
             if p.live:
                 result_live[p.address] = p
@@ -141,6 +149,49 @@ def _fill_gaps(seg, notes):
         else:
             out.append(Piece(cursor, gap, False))
     return out
+
+
+def _absorb_unsplit_tails(start_segments, trace):
+    """Grow a live piece over the head of the free gap after it when the trace shows the free
+    block began later: the gap's first event is an ``alloc`` at A, 0 < A - gap start <= 1 MiB
+    (large pool; < 512 B small), i.e. a remainder ``should_split`` would not have split off.
+    Events after the segment's first ``segment_free`` are a later segment and not looked at."""
+    from bisect import bisect_right
+    gaps = []                     # (start, end, segment, index of the free piece)
+    for seg in start_segments:
+        for k, p in enumerate(seg.pieces):
+            if not p.live:
+                gaps.append((p.address, p.address + p.size, seg, k))
+    if not gaps:
+        return
+    gaps.sort(key=lambda g: g[0])
+    starts = [g[0] for g in gaps]
+    seg_at = {seg.address: seg for seg in start_segments}
+    ended = set()                 # addresses of start segments the trace has freed
+    decided = set()               # gaps whose first event has been seen
+    for e in trace:
+        action = e["action"]
+        if action == "segment_free":
+            if e["addr"] in seg_at:
+                ended.add(e["addr"])
+            continue
+        if action not in ("alloc", "free_requested", "free_completed"):
+            continue
+        addr = e["addr"]
+        i = bisect_right(starts, addr) - 1
+        if i < 0 or i in decided or addr >= gaps[i][1]:
+            continue
+        start, _end, seg, k = gaps[i]
+        decided.add(i)
+        if seg.address in ended or action != "alloc" or k == 0 or not seg.pieces[k - 1].live:
+            continue
+        head = addr - start
+        if 0 < head and (head < 512 if seg.small else head <= K_SMALL_SIZE):
+            seg.pieces[k - 1].size += head
+            seg.pieces[k].address += head
+            seg.pieces[k].size -= head
+        if len(decided) == len(gaps):
+            break
 
 
 def build_start_state(alloc, state: StartState, translate) -> tuple:

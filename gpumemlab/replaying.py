@@ -5,15 +5,22 @@ Follows ALLOCATOR_SPEC.md §9. The source is a snapshot with history (a dict, or
 
 * **Faithful replay** (``alloc_conf=None``, a snapshot): the start state is rebuilt
   (``replay_state``), each recorded ``segment_alloc`` dictates the address of the model's next
-  cudaMalloc (``driver.reserve_next_address``), and every ``alloc`` is checked: the model must
-  pick the recorded address. ``address_mismatches == 0`` means the model reproduced the run.
+  cudaMalloc (``driver.reserve_next_address``), the first ``segment_map`` before an ``alloc``
+  dictates the base of a new expandable segment's reservation (``driver.reserve_next_va``;
+  unused when the model maps into an existing segment), and every ``alloc`` is checked: the
+  model must pick the recorded address. Every recorded ``segment_free``/``segment_unmap`` is
+  replayed exactly, at its address, through the allocator's own release path (``release_block``;
+  ``unmap_block``), before the next malloc; a release the model cannot make (no whole free
+  segment there) is a mismatch, and so is a whole free segment the model still holds after a
+  recorded ``empty_cache()``. ``address_mismatches == 0`` means the model reproduced the run.
 * **What-if** (another ``alloc_conf`` and/or ``total_memory``, or a capture): the same
   alloc/free sequence runs with addresses chosen by the model, starting from the allocations that
   were live when recording began (cached free memory is not carried over). A recorded ``oom``
   is retried: it shows whether the new settings would have avoided it.
 
-Frees are replayed at ``free_completed`` (when the real allocator made the block reusable);
-``segment_free`` bursts outside a malloc are replayed as ``empty_cache()``. Not modelled: events
+Frees are replayed at ``free_completed`` (when the real allocator made the block reusable).
+In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are replayed as
+``empty_cache()`` and releases inside a malloc are left to the model. Not modelled: events
 the trace cannot show (``record_stream`` timing beyond free_requested/free_completed), CUDA graph
 private pools, and a memory fraction set with ``set_per_process_memory_fraction`` (not recorded).
 """
@@ -23,8 +30,9 @@ import os
 import time
 from array import array
 
-from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
-from gpumemlab.allocator.driver import VA_BASE, VA_LIMIT, AddressInUseError
+from gpumemlab.allocator import (K_SMALL_SIZE, AllocatorConfig, DeviceCachingAllocator,
+                                 OutOfMemoryError, round_size)
+from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
 from gpumemlab.replay_state import build_start_state, scan_start_state
 from gpumemlab.snapshot_io import SnapshotError, load_snapshot, normalize_snapshot
 
@@ -55,7 +63,14 @@ class Timeline:
 
 
 class ReplayResult:
-    """What a replay found. ``oom`` is None or a dict: index, entry, size, message."""
+    """What a replay found. ``oom`` is None or a dict: index, entry, size, message.
+
+    ``address_mismatches`` = ``alloc_mismatches`` (allocations not at their recorded address,
+    or, in a faithful replay, that ran out of memory) + ``segment_mismatches`` (recorded segment
+    releases the model could not make, and whole free segments it kept through a recorded
+    ``empty_cache()``) + ``oom_mismatches`` (recorded OOMs the model did not run into); None
+    for captures.
+    """
 
     def __init__(self, **kw):
         self.__dict__.update(kw)
@@ -99,10 +114,10 @@ def recorded_alloc_conf(snapshot: dict) -> str:
 
 
 def _source(source, device):
-    """-> (trace entries, final segments of that device, snapshot or None, name)."""
+    """-> (trace entries, final segments of that device, snapshot or None, name, device)."""
     from gpumemlab.capturing import Capture
     if isinstance(source, Capture):
-        return source.trace, [], None, "capture"
+        return source.trace, [], None, "capture", 0 if device is None else device
     if isinstance(source, (str, os.PathLike)):
         snap = load_snapshot(source)
         name = os.fspath(source)
@@ -126,13 +141,22 @@ def _source(source, device):
     if len(traces[device]) <= 1 and any(e["action"] == "snapshot" for e in traces[device]):
         raise ReplayError(f"{name}: recorded with enabled='state' (no history): nothing to replay")
     segments = [s for s in snap["segments"] if s["device"] == device]
-    return traces[device], segments, snap, name
+    return traces[device], segments, snap, name, device
+
+
+def replay_devices(snapshot) -> list:
+    """The devices of ``snapshot`` (a normalized dict) with a trace to replay, in order."""
+    out = []
+    for d, t in enumerate(snapshot.get("device_traces") or []):
+        if t and not (len(t) <= 1 and any(e["action"] == "snapshot" for e in t)):
+            out.append(d)
+    return out
 
 
 def _address_shift(segments, trace):
     """An offset moving recorded addresses into the simulated driver's address range."""
     addrs = [s["address"] for s in segments]
-    addrs += [e["addr"] for e in trace if e["action"] == "segment_alloc"]
+    addrs += [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
     if not addrs or (min(addrs) >= VA_BASE and max(addrs) < VA_LIMIT - (1 << 40)):
         return 0
     shift = VA_BASE - (min(addrs) & ~(2 * 1024 * 1024 - 1))
@@ -152,12 +176,13 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
             OOM (reserved + free at that moment), else unlimited.
         gpu: a ``SimulatedGPU`` to run on (its allocator, settings and capacity are used and
             it keeps the final state); default a fresh allocator.
-        device: which device's trace to replay (default: the first with a trace).
+        device: which device's trace to replay (default: the first with a trace); the model
+            is that device (its OOM messages name it).
         history: record the replay's own trace into the final snapshot (slower).
         stop_on_oom: stop at the first allocation that runs out of memory.
         progress: called as ``progress(done, total)`` every 65536 entries.
     """
-    trace, segments, snap, name = _source(source, device)
+    trace, segments, snap, name, device = _source(source, device)
     is_capture = snap is None
     recorded_conf = "" if is_capture else recorded_alloc_conf(snap)
     faithful = not is_capture and alloc_conf is None and gpu is None
@@ -171,7 +196,8 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
             config = AllocatorConfig.parse(conf)
         except Exception as exc:
             raise ReplayError(f"alloc_conf {conf!r}: {exc}") from None
-        alloc = DeviceCachingAllocator(capacity, config=config, record_history=False)
+        alloc = DeviceCachingAllocator(capacity, config=config, device=device,
+                                       record_history=False)
     shift = _address_shift(segments, trace) if faithful else 0
     translate = (lambda a: a + shift) if shift else (lambda a: a)
     start = scan_start_state(segments, trace, alloc.config)
@@ -200,7 +226,11 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         timeline=run["timeline"], peak_reserved=stats.reserved_bytes[0].peak,
         peak_allocated=stats.allocated_bytes[0].peak, oom=run["oom"],
         allocations=run["allocations"],
-        address_mismatches=None if is_capture else run["mismatches"],
+        address_mismatches=None if is_capture else (run["mismatches"] + run["segment_mismatches"]
+                                                    + run["oom_mismatches"]),
+        alloc_mismatches=None if is_capture else run["mismatches"],
+        segment_mismatches=None if is_capture else run["segment_mismatches"],
+        oom_mismatches=None if is_capture else run["oom_mismatches"], device=device,
         entries=len(trace), replayed=run["replayed"], start_problems=start_problems,
         notes=notes, elapsed_s=elapsed, address_shift=shift)
 
@@ -243,6 +273,10 @@ def _start_whatif(alloc, start):
     return live
 
 
+_RELEASES = ("segment_free", "segment_unmap")
+_MALLOC_GROWS = ("segment_alloc", "oom", "segment_map")
+
+
 def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
     """The hot loop: one pass over the trace, no per-entry copies."""
     timeline = Timeline()
@@ -252,18 +286,24 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
     s_alloc, s_res, s_req = stats.allocated_bytes[0], stats.reserved_bytes[0], stats.requested_bytes[0]
     malloc, free = alloc.malloc, alloc.free
     next_addresses = alloc.driver.next_addresses
-    driver_segments = alloc.driver.segments
-    mismatches = allocations = unknown_frees = double_allocs = 0
+    next_reservations = alloc.driver.next_reservations
+    mismatches = segment_mismatches = oom_mismatches = allocations = 0
+    unknown_frees = double_allocs = 0
     oom = None
-    pending_segment = None
+    pending_segment = None        # recorded cudaMalloc address for the next malloc
+    pending_map = None            # first recorded segment_map since the last malloc
     n = len(trace)
     i = 0
     while i < n:
         e = trace[i]
         action = e["action"]
         if action == "alloc":
-            if faithful and pending_segment is not None:
-                next_addresses[:] = [translate(pending_segment)]
+            if faithful:
+                if pending_segment is not None:
+                    next_addresses[:] = [translate(pending_segment)]
+                if pending_map is not None:
+                    next_reservations.clear()
+                    alloc.driver.reserve_next_va(pending_map)
             addr = e["addr"]
             try:
                 try:
@@ -273,7 +313,11 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
                     blk = malloc(e["size"], e["stream"])
             except OutOfMemoryError as exc:
                 next_addresses.clear()
+                next_reservations.clear()
                 oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
+                if faithful:                        # the recorded allocation succeeded
+                    allocations += 1
+                    mismatches += 1
                 if stop_on_oom:
                     _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
                     i += 1
@@ -281,7 +325,9 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
                 blk = None
             if next_addresses:
                 next_addresses.clear()              # recorded a cudaMalloc, the model did not
-            pending_segment = None
+            if next_reservations:
+                next_reservations.clear()           # the model mapped into an existing segment
+            pending_segment = pending_map = None
             if blk is not None:
                 allocations += 1
                 if faithful and blk.ptr != translate(addr):
@@ -299,32 +345,62 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
                 free(blk)
         elif action == "segment_alloc":
             pending_segment = e["addr"]
-        elif action == "segment_free":
+        elif action == "segment_map":
+            if faithful and pending_map is None:
+                base = translate(e["addr"])
+                if base % VA_ALIGN == 0:
+                    pending_map = base
+        elif action in _RELEASES:
             j = i
-            while j + 1 < n and trace[j + 1]["action"] == "segment_free":
+            while j + 1 < n and trace[j + 1]["action"] in _RELEASES:
                 j += 1
             after = trace[j + 1]["action"] if j + 1 < n else None
-            if after not in ("segment_alloc", "oom", "segment_map"):
-                alloc.empty_cache()                # a burst outside malloc: empty_cache()
             if faithful:
+                # Replay the recorded releases exactly, before the malloc that may follow: if
+                # the burst was inside that malloc, get_free_block had already failed on a
+                # superset of these free blocks, so the malloc goes on to the same cudaMalloc.
+                released = []
                 for k in range(i, j + 1):
-                    if translate(trace[k]["addr"]) in driver_segments and \
-                            after not in ("segment_alloc", "oom", "segment_map"):
-                        mismatches += 1
-            for _ in range(i, j):
-                _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+                    ek = trace[k]
+                    blk = _release_recorded(alloc, ek["action"], translate(ek["addr"]), ek["size"])
+                    if blk is None:
+                        segment_mismatches += 1
+                    else:
+                        released.append(blk)
+                    if k < j:
+                        _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+                if after not in _MALLOC_GROWS or _was_empty_cache(alloc, trace, j + 1, released):
+                    # an empty_cache(): it would have released every whole free segment
+                    segment_mismatches += _release_rest(alloc)
+            else:
+                if after not in _MALLOC_GROWS:
+                    alloc.empty_cache()             # a burst outside malloc: empty_cache()
+                for _ in range(i, j):
+                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
             i = j
         elif action == "oom":
             # the recording ran out of memory here: try the same (rounded) request
+            if faithful:
+                if pending_segment is not None:
+                    next_addresses[:] = [translate(pending_segment)]
+                if pending_map is not None:
+                    next_reservations.clear()
+                    alloc.driver.reserve_next_va(pending_map)
             try:
                 blk = malloc(e["size"], e["stream"])
                 free(blk)                           # these settings would have coped
+                if faithful:
+                    oom_mismatches += 1             # ... but the recording ran out here
             except OutOfMemoryError as exc:
                 oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
                 if stop_on_oom:
                     _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
                     i += 1
                     break
+            finally:
+                next_addresses.clear()
+                next_reservations.clear()
+                pending_segment = pending_map = None
         _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
         i += 1
         if progress is not None and i % _PROGRESS_EVERY == 0:
@@ -332,7 +408,78 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
     if progress is not None:
         progress(i, n)
     return {"timeline": timeline, "oom": oom, "allocations": allocations, "mismatches": mismatches,
-            "unknown_frees": unknown_frees, "double_allocs": double_allocs, "replayed": i}
+            "segment_mismatches": segment_mismatches, "oom_mismatches": oom_mismatches,
+            "unknown_frees": unknown_frees,
+            "double_allocs": double_allocs, "replayed": i}
+
+
+def _release_recorded(alloc, action, addr, size):
+    """Make the recorded release ``action`` at (translated) ``addr`` on the model; return the
+    released Block, or None when the model has nothing there that this release would free."""
+    pools = (alloc.large_blocks, alloc.small_blocks)
+    if action == "segment_free":
+        # cudaFree of a whole free segment (release_block): its only block, free, at addr
+        for pool in pools:
+            blk = pool.by_ptr.get(addr)
+            if blk is not None:
+                if (blk.prev is None and blk.next is None and blk.expandable_segment is None
+                        and blk.size == size):
+                    alloc.release_block(blk, None)
+                    return blk
+                return None
+        return None
+    # segment_unmap: unmap_block of the free expandable block whose whole pages are the range
+    for pool in pools:
+        for blk in list(pool.by_ptr.values()):
+            es = blk.expandable_segment
+            if es is None or not blk.ptr <= addr < blk.ptr + blk.size:
+                continue
+            page = es.segment_size
+            lo = es.ptr + -(-(blk.ptr - es.ptr) // page) * page
+            hi = es.ptr + (blk.ptr + blk.size - es.ptr) // page * page
+            if lo != addr or hi - lo != size:
+                return None
+            alloc.unmap_block(blk, None)
+            if blk.prev is None and blk.next is None:     # as release_blocks does
+                alloc.release_expandable_segment(blk)
+            return blk
+    return None
+
+
+def _release_rest(alloc):
+    """``empty_cache()`` on the model; returns how many segments it released or unmapped."""
+    before = alloc.stats.num_device_free
+    alloc.empty_cache()
+    return alloc.stats.num_device_free - before
+
+
+def _was_empty_cache(alloc, trace, j, released):
+    """A release burst before a malloc that grew the pool was a user ``empty_cache()`` (not a
+    release inside that malloc) when a released segment could have served the malloc: c10
+    ``malloc`` tries ``get_free_block`` before it releases anything."""
+    if not released:
+        return False
+    n = len(trace)
+    while j < n and trace[j]["action"] in ("segment_alloc", "segment_map"):
+        j += 1
+    if j == n or trace[j]["action"] != "alloc":
+        return False
+    e = trace[j]
+    config = alloc.config
+    size = round_size(max(e["size"], 1), config)
+    small = size <= K_SMALL_SIZE
+    mss = config.max_split_size
+    for blk in released:
+        if blk.expandable_segment is not None or blk.pool.is_small != small:
+            continue
+        if blk.stream != e["stream"] or blk.size < size:
+            continue
+        if size < mss and blk.size >= mss:
+            continue
+        if size >= mss and blk.size >= size + config.max_non_split_rounding_size:
+            continue
+        return True
+    return False
 
 
 def _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req):

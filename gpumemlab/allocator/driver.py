@@ -4,7 +4,8 @@ cuMemAddressReserve/cuMemCreate for expandable segments, and cudaMemGetInfo.
 It is the only source of addresses, and it is deterministic: virtual addresses come from a
 first-fit search of a free list starting at a fixed base, aligned to 2 MiB. The real driver's
 address choice is not documented; a replay can instead dictate the next address
-(``reserve_next_address``) so that a recorded run is reproduced exactly. Not modelled: memory
+(``reserve_next_address``) and the base of the next expandable segment's reservation
+(``reserve_next_va``) so that a recorded run is reproduced exactly. Not modelled: memory
 used by the CUDA context itself, other processes, and driver-side rounding of physical pages.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ class CudaDriver:
         self.used_bytes = 0  # physical bytes handed out (cudaMalloc + mapped pages)
         self.free_ranges = [(VA_BASE, VA_LIMIT)]  # sorted, disjoint [start, end)
         self.next_addresses = []  # dictated addresses for the next cudaMalloc calls
+        self.next_reservations = []  # dictated bases for the next cuMemAddressReserve calls
         self.segments = {}  # ptr -> size of live cudaMalloc allocations
 
     # --- physical memory -------------------------------------------------------------
@@ -61,6 +63,10 @@ class CudaDriver:
         """Make the next cudaMalloc return ``ptr`` (used to replay a real recording)."""
         self.next_addresses.append(int(ptr))
 
+    def reserve_next_va(self, ptr: int) -> None:
+        """Make the next expandable segment's address reservation start at ``ptr`` (replay)."""
+        self.next_reservations.append(int(ptr))
+
     # --- virtual address space (also cuMemAddressReserve/Free) ----------------------------
     def reserve_va(self, nbytes: int) -> int:
         span = -(-nbytes // VA_ALIGN) * VA_ALIGN
@@ -72,6 +78,29 @@ class CudaDriver:
                     self.free_ranges[i] = (start + span, end)
                 return start
         raise MemoryError("simulated virtual address space exhausted")
+
+    def reserve_va_at(self, ptr: int, nbytes: int) -> int:
+        """Reserve address space at the dictated base ``ptr`` (2 MiB aligned); return the bytes
+        claimed. The claim is clipped to the free range containing ``ptr``, and is 0 when ``ptr``
+        lies in a range already claimed: a replay dictates the real reservation's base, but the
+        model may have sized an earlier reservation larger than the real one (1 1/8 of an
+        assumed capacity). A reservation holds no physical memory, so the clipped part is only
+        missing from this bookkeeping."""
+        if ptr % VA_ALIGN:
+            raise ValueError(f"reservation base {ptr:#x} is not {VA_ALIGN}-byte aligned")
+        span = -(-nbytes // VA_ALIGN) * VA_ALIGN
+        i = bisect_right(self.free_ranges, (ptr, float("inf"))) - 1
+        if i < 0 or not self.free_ranges[i][0] <= ptr < self.free_ranges[i][1]:
+            return 0
+        start, end = self.free_ranges[i]
+        stop = min(ptr + span, end)
+        pieces = []
+        if start < ptr:
+            pieces.append((start, ptr))
+        if stop < end:
+            pieces.append((stop, end))
+        self.free_ranges[i:i + 1] = pieces
+        return stop - ptr
 
     def release_va(self, ptr: int, nbytes: int) -> None:
         span = -(-nbytes // VA_ALIGN) * VA_ALIGN

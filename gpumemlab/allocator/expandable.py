@@ -3,20 +3,26 @@
 One segment reserves a large virtual range (1 1/8 of the device's memory, rounded to pages)
 and maps physical pages into it on demand: 2 MiB pages for the small pool, 20 MiB for the large
 pool. ``map`` maps every page touched by a range, all or nothing; ``unmap`` releases only the
-pages lying wholly inside a range.
+pages lying wholly inside a range. The reservation is first fit, unless a replay dictated its
+base (``CudaDriver.reserve_next_va``).
 """
 from __future__ import annotations
 
 
 class ExpandableSegment:
-    __slots__ = ("driver", "stream", "segment_size", "max_handles", "ptr", "handles")
+    __slots__ = ("driver", "stream", "segment_size", "max_handles", "ptr", "handles", "reserved")
 
     def __init__(self, driver, stream, address_space_size: int, segment_size: int):
         self.driver = driver
         self.stream = stream
         self.segment_size = segment_size  # page size
         self.max_handles = -(-address_space_size // segment_size)
-        self.ptr = driver.reserve_va(self.size())
+        if driver.next_reservations:  # a replay dictates the base (cuMemAddressReserve's choice)
+            self.ptr = driver.next_reservations.pop(0)
+            self.reserved = driver.reserve_va_at(self.ptr, self.size())
+        else:
+            self.ptr = driver.reserve_va(self.size())
+            self.reserved = self.size()  # address-space bytes claimed from the driver
         self.handles = []  # True where a page is mapped
 
     def size(self) -> int:
@@ -62,7 +68,8 @@ class ExpandableSegment:
     def release(self) -> None:
         """Free the reserved address range (``~ExpandableSegment``)."""
         assert not any(self.handles), "releasing an expandable segment with mapped pages"
-        self.driver.release_va(self.ptr, self.size())
+        if self.reserved:
+            self.driver.release_va(self.ptr, self.reserved)
 
     def _range(self, begin: int, end: int) -> tuple:
         return self.ptr + self.segment_size * begin, self.segment_size * (end - begin)

@@ -2,8 +2,9 @@
 
 * ``report SNAPSHOT [--png FILE]``: memory summary, block map, fragmentation figures and the
   largest live allocations with their frames.
-* ``verify SNAPSHOT``: replay under the recorded settings; exit 0 only when every allocation
-  address was reproduced (ALLOCATOR_SPEC.md §9).
+* ``verify SNAPSHOT``: replay every device trace under the recorded settings; exit 0 only when
+  every allocation address (and segment release) was reproduced on every device
+  (ALLOCATOR_SPEC.md §9). ``--device N`` replays one.
 * ``replay SNAPSHOT --alloc-conf STR [--total-memory SIZE]``: what-if table, recorded settings
   first, then each alternative.
 
@@ -30,7 +31,8 @@ def register(subparsers) -> None:
                                           "under the recorded settings; exit status 0 only when "
                                           "every allocation address is reproduced.")
     p.add_argument("snapshot")
-    p.add_argument("--device", type=int, default=None, help="device trace to replay")
+    p.add_argument("--device", type=int, default=None,
+                   help="replay only this device's trace (default: every device with a trace)")
     p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("replay", help="what-if: replay under other allocator settings",
@@ -187,23 +189,46 @@ def _png(snap, path) -> None:
 # ----------------------------------------------------------------------------- verify
 
 def cmd_verify(args) -> int:
+    from gpumemlab.replaying import replay_devices
     snap = _load(args.snapshot)
-    result = _replay(snap, "verify", args.snapshot, device=args.device)
-    done = result.allocations - result.address_mismatches
-    print(f"{args.snapshot}: {result.replayed} of {result.entries} trace entries replayed under "
+    devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
+    ok = True
+    for device in devices:
+        ok = _verify_device(snap, args.snapshot, device, len(devices) > 1) and ok
+    if len(devices) > 1:
+        print("verified: every device reproduced" if ok else "NOT verified")
+    return 0 if ok else 1
+
+
+def _verify_device(snap, path, device, several) -> bool:
+    label = "verify" if device is None else f"verify device {device}"
+    # a recorded OOM is part of the run: replay past it (one the model adds is a mismatch)
+    result = _replay(snap, label, path, device=device, stop_on_oom=False)
+    done = result.allocations - result.alloc_mismatches
+    where = f"{path} (device {result.device})" if several else path
+    print(f"{where}: {result.replayed} of {result.entries} trace entries replayed under "
           f"{result.recorded_alloc_conf or 'default settings'}")
     print(f"  allocation addresses reproduced: {done} of {result.allocations}"
-          f" ({result.address_mismatches} mismatches)")
+          f" ({result.alloc_mismatches} mismatches)")
+    if result.segment_mismatches:
+        print(f"  segment releases not reproduced: {result.segment_mismatches}")
     if result.start_problems:
         print(f"  start state: {len(result.start_problems)} problems, first: "
               f"{result.start_problems[0]}")
     for note in result.notes:
         print(f"  note: {note}")
+    if result.oom_mismatches:
+        print(f"  recorded OOMs the model did not run into: {result.oom_mismatches}")
     if result.oom is not None:
-        print(f"  the model ran out of memory at entry {result.oom['index']}")
+        recorded = result.oom["entry"]["action"] == "oom"
+        print(f"  the model ran out of memory at entry {result.oom['index']}"
+              f"{' (as recorded)' if recorded else ''}")
     ok = result.reproduced and result.replayed == result.entries
-    print("verified: every allocation address reproduced" if ok else "NOT verified")
-    return 0 if ok else 1
+    if not several:
+        print("verified: every allocation address reproduced" if ok else "NOT verified")
+    else:
+        print(f"  device {result.device}: {'reproduced' if ok else 'NOT reproduced'}")
+    return ok
 
 
 # ----------------------------------------------------------------------------- replay
