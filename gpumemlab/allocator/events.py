@@ -37,18 +37,17 @@ class EventsMixin:
 
     def process_events(self, context) -> None:
         """Outstanding events are complete by the next malloc: free their blocks."""
-        if not self.cuda_events:
-            return
-        events = self.cuda_events
-        self.cuda_events = {}
-        for blocks in events.values():
-            for block in blocks:
-                block.event_count -= 1
-                if block.event_count == 0:
-                    self.free_block(block, context)
+        if self.cuda_events:
+            self._complete_all_events(context)
 
     def synchronize_and_free_events(self, context) -> None:
+        """Wait for every outstanding event (``empty_cache``, the OOM retry)."""
         self.stats.num_sync_all_streams += 1
+        self._complete_all_events(context)
+
+    def _complete_all_events(self, context) -> None:
+        # Per stream in the order the events were recorded, as c10 walks cuda_events; a block
+        # becomes free when its last event completes.
         events = self.cuda_events
         self.cuda_events = {}
         for blocks in events.values():
@@ -56,4 +55,3 @@ class EventsMixin:
                 block.event_count -= 1
                 if block.event_count == 0:
                     self.free_block(block, context)
-
