@@ -2,11 +2,14 @@
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
     gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
+    gpumemlab certificate keygen|issue|verify    # signed certificates (quizkit/certificate_cli)
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+
+from ..quizkit import certificate_cli
 
 
 def register(subparsers) -> None:
@@ -37,7 +40,15 @@ def register(subparsers) -> None:
     g.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
     g.add_argument("--timeout", type=float, default=300, help="seconds per notebook (300)")
     g.add_argument("--workers", type=int, default=2, help="kernels run at once (2)")
+    g.add_argument("--certificates-key", type=Path, default=None,
+                   help="after grading, sign certificates with this private key (PEM)")
+    g.add_argument("--course", default=None, help="course name for --certificates-key")
+    g.add_argument("--certificates", type=Path, default=None,
+                   help="certificates folder (default: certificates/ beside the CSV)")
+    certificate_cli.add_issue_options(g)
     g.set_defaults(func=_grade)
+
+    certificate_cli.add_parser(subparsers, _certificate)
 
 
 def _error(msg):
@@ -72,6 +83,10 @@ def _grade(args) -> int:
         raise _error(f"submissions folder {args.submissions} does not exist")
     if args.workers < 1 or args.cell_timeout <= 0 or args.timeout <= 0:
         raise _error("--workers, --cell-timeout and --timeout must be positive")
+    if args.certificates_key is not None:
+        if not args.course:
+            raise _error("--certificates-key needs --course")
+        _certificate_checks(args)
     try:
         roster = read_roster(args.roster)
     except (OSError, ValueError) as exc:
@@ -87,4 +102,28 @@ def _grade(args) -> int:
     feedback = args.feedback or args.out.parent / "feedback"
     write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
+    if args.certificates_key is not None:
+        out = args.certificates or args.out.parent / "certificates"
+        rows = _certificate(args, lambda: certificate_cli.issue_grades(
+            args, args.out, args.course, args.certificates_key, out, assignment))
+        n = sum(r["issued"] == "yes" for r in rows)
+        print(f"issued {n} certificate{'s' * (n != 1)} in {out}")
     return 0
+
+
+def _certificate_checks(args):
+    """Fail before grading, not after, on a bad key or threshold."""
+    from ..quizkit.certificate import load_private_key
+    from ..quizkit.certificate_issue import check_threshold
+
+    _certificate(args, lambda: (load_private_key(args.certificates_key),
+                                check_threshold(args.threshold)))
+
+
+def _certificate(args, call=None):
+    from ..quizkit.certificate_keys import CertificateError
+
+    try:
+        return call() if call else certificate_cli.run(args)
+    except CertificateError as exc:
+        raise _error(str(exc)) from None

@@ -116,6 +116,14 @@ class Quiz:
         got = sum(progress.entry(q.id)["points"] for b in banks for q in b.questions)
         return got, sum(q.points for b in banks for q in b.questions)
 
+    def certificate(self, name: str, threshold: float = 0.8, out=".", **kw):
+        """Write an UNSIGNED self-study completion record (HTML + PNG) into ``out`` when your
+        points reach ``threshold`` of all questions; otherwise say how far you are. Returns the
+        paths or None. Only a teacher's signed certificate can be verified."""
+        from .certificate_issue import self_study_record
+
+        return self_study_record(self, name, threshold=threshold, out=out, **kw)
+
     def reset(self, notebook=None) -> None:
         """Forget recorded answers (of one notebook, or all)."""
         prefix = "" if notebook is None else notebook_key(notebook) + "."
