@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from gpumemlab.viz.rules import K_SMALL_SIZE, Rules
+from gpumemlab.allocator.constants import K_SMALL_SIZE
+from gpumemlab.viz.rules import Rules
 from gpumemlab.viz.source import read_source, device_segments
 
 # name -> (kind, one-line definition); the order is the order shown
@@ -216,7 +217,7 @@ def largest_request_at_all(segments, rules: Rules, total_memory: int, now: int) 
     budget = max(total_memory - reserved + releasable, 0)
     if rules.expandable:
         # growth maps whole 20 MiB pages of the rounded request, not get_allocation_size
-        from gpumemlab.viz.rules import K_LARGE_BUFFER
+        from gpumemlab.allocator.constants import K_LARGE_BUFFER
         fresh = budget // K_LARGE_BUFFER * K_LARGE_BUFFER
     else:
         fresh = _last_true(budget, lambda r: rules.allocation_size(rules.round_size(r)) <= budget)

@@ -267,7 +267,7 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
             f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
     if rules.expandable:
         # expandable segments grow by mapping pages of the rounded request (ALLOCATOR_SPEC §5)
-        from gpumemlab.viz.rules import K_LARGE_BUFFER, K_SMALL_BUFFER
+        from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
         page = K_SMALL_BUFFER if pool == "small" else K_LARGE_BUFFER
         grow = -(-rounded // page) * page
         return (f"a {format_size(request)} request fits no cached free block: {held}, so the "

@@ -15,7 +15,7 @@ totals for the timeline.
 """
 from __future__ import annotations
 
-from gpumemlab.viz.rules import K_SMALL_BUFFER
+from gpumemlab.allocator.constants import K_SMALL_BUFFER
 from gpumemlab.viz.source import read_source, device_segments, device_trace, pick_device
 from gpumemlab.viz.state import ALLOCATED, PENDING, AllocatorState, Seg
 

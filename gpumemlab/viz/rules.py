@@ -7,18 +7,18 @@ need PyTorch's size arithmetic. These follow c10/cuda/CUDACachingAllocator.cpp
 ``should_split``, ``roundup_power2_next_division``) and read their settings from a snapshot's
 ``allocator_settings`` dict, so a real recording made under ``roundup_power2_divisions`` or
 ``max_split_size_mb`` is read with its own rules. See ALLOCATOR_SPEC.md §1-§2.
+
+The arithmetic itself is the allocator model's (``gpumemlab.allocator.rounding``, standard
+library only): views share the model's pure size functions but never its state.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-K_MIN_BLOCK_SIZE = 512  # c10: kMinBlockSize
-K_SMALL_SIZE = 1048576  # c10: kSmallSize, largest small-pool request after rounding
-K_SMALL_BUFFER = 2097152  # c10: kSmallBuffer, small-pool segment size
-K_LARGE_BUFFER = 20971520  # c10: kLargeBuffer, segment for 1 MiB < size < 10 MiB
-K_MIN_LARGE_ALLOC = 10485760  # c10: kMinLargeAlloc
-K_ROUND_LARGE = 2097152  # c10: kRoundLarge
-_UNLIMITED = 2**64 - 1  # max_split_size when unset (stats and settings show -1)
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_SMALL_SIZE
+from gpumemlab.allocator.constants import SIZE_MAX as _UNLIMITED
+from gpumemlab.allocator.rounding import get_allocation_size, is_small
+from gpumemlab.allocator.rounding import round_size as _round_size
 
 
 @dataclass(frozen=True)
@@ -57,27 +57,21 @@ class Rules:
 
     def round_size(self, size: int) -> int:
         """c10 ``round_size``: at least 512, then 512-multiples or a power-of-2 division."""
-        if size < K_MIN_BLOCK_SIZE:
-            return K_MIN_BLOCK_SIZE
-        bucket = min(max(size.bit_length() - 1 - 20, 0), 15)
-        div = self.divisions[bucket]
-        if div > 1 and size > K_MIN_BLOCK_SIZE * div:
-            return _roundup_power2_next_division(size, div)
-        return K_MIN_BLOCK_SIZE * -(-size // K_MIN_BLOCK_SIZE)
+        return _round_size(size, self)
+
+    def roundup_power2_divisions(self, size: int) -> int:
+        """The divisions of ``size``'s bucket (the query ``round_size`` makes of its config)."""
+        return self.divisions[min(max(size.bit_length() - 1 - 20, 0), 15)]
 
     @staticmethod
     def pool(rounded_size: int) -> str:
         """c10 ``get_pool``: 'small' for rounded sizes up to 1 MiB, else 'large'."""
-        return "small" if rounded_size <= K_SMALL_SIZE else "large"
+        return "small" if is_small(rounded_size) else "large"
 
     @staticmethod
     def allocation_size(rounded_size: int) -> int:
         """c10 ``get_allocation_size``: the cudaMalloc size a miss of this rounded size asks for."""
-        if rounded_size <= K_SMALL_SIZE:
-            return K_SMALL_BUFFER
-        if rounded_size < K_MIN_LARGE_ALLOC:
-            return K_LARGE_BUFFER
-        return K_ROUND_LARGE * -(-rounded_size // K_ROUND_LARGE)
+        return get_allocation_size(rounded_size)
 
     def should_split(self, pool: str, block_size: int, rounded_size: int) -> bool:
         """c10 ``should_split``: whether a free block of ``block_size`` is cut for the request."""
@@ -96,13 +90,3 @@ class Rules:
             return False
         return True
 
-
-def _roundup_power2_next_division(size: int, divisions: int) -> int:
-    if size & (size - 1) == 0:
-        return size
-    floor = 1 << (size.bit_length() - 1)
-    step = floor >> (divisions.bit_length() - 1)
-    if step == 0:
-        return floor << 1
-    rounded_down = size & ~(step - 1)
-    return size if rounded_down == size else rounded_down + step
