@@ -34,7 +34,7 @@ from gpumemlab.allocator import (K_SMALL_SIZE, AllocatorConfig, DeviceCachingAll
                                  OutOfMemoryError, round_size)
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
 from gpumemlab.replay_state import build_start_state, scan_start_state
-from gpumemlab.snapshot_io import SnapshotError, load_snapshot, normalize_snapshot
+from gpumemlab.snapshot_io import load_snapshot, normalize_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
 
@@ -299,11 +299,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
         action = e["action"]
         if action == "alloc":
             if faithful:
-                if pending_segment is not None:
-                    next_addresses[:] = [translate(pending_segment)]
-                if pending_map is not None:
-                    next_reservations.clear()
-                    alloc.driver.reserve_next_va(pending_map)
+                _dictate(alloc, pending_segment, pending_map, translate)
             addr = e["addr"]
             try:
                 try:
@@ -381,11 +377,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
         elif action == "oom":
             # the recording ran out of memory here: try the same (rounded) request
             if faithful:
-                if pending_segment is not None:
-                    next_addresses[:] = [translate(pending_segment)]
-                if pending_map is not None:
-                    next_reservations.clear()
-                    alloc.driver.reserve_next_va(pending_map)
+                _dictate(alloc, pending_segment, pending_map, translate)
             try:
                 blk = malloc(e["size"], e["stream"])
                 free(blk)                           # these settings would have coped
@@ -480,6 +472,17 @@ def _was_empty_cache(alloc, trace, j, released):
             continue
         return True
     return False
+
+
+def _dictate(alloc, pending_segment, pending_map, translate):
+    """Before a malloc of a faithful replay: the recorded cudaMalloc address and expandable
+    reservation base become the driver's next answers."""
+    driver = alloc.driver
+    if pending_segment is not None:
+        driver.next_addresses[:] = [translate(pending_segment)]
+    if pending_map is not None:
+        driver.next_reservations.clear()
+        driver.reserve_next_va(pending_map)
 
 
 def _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req):
