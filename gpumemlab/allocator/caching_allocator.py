@@ -43,7 +43,8 @@ class AllocParams:
         self.alloc_size = alloc_size  # segment size if a new one is needed
         self.block = None
         self.err = None
-        self.stat_types = stat_types_for(pool)
+        # get_stat_types_for_pool: the aggregate plus the pool's own type
+        self.stat_types = (0, 1) if pool.is_small else (0, 2)
 
 
 def _check_size(value, name):
@@ -179,7 +180,7 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         """Best fit: the smallest free block >= size on the same stream, lowest address first."""
         pool = p.pool
         config = self.config
-        if self._gc_enabled():
+        if self.allowed_memory_maximum is not None and config.garbage_collection_threshold > 0.0:
             # Track block reuse interval only when garbage collection is enabled.
             pool.get_free_blocks_call_count += 1
         keys = pool.keys
@@ -264,7 +265,7 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         pool = p.pool
         block = p.block
         stats = self.stats
-        already_split = block.is_split()
+        already_split = block.prev is not None or block.next is not None  # is_split()
         if split_remainder:
             remaining = block
             block = Block(p.device, p.stream, size, pool, remaining.ptr)
@@ -314,7 +315,7 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
     # ------------------------------------------------------------------ free
     def free(self, block: Block, context=None) -> None:
         """Return an allocated block to the cache (nothing goes back to CUDA)."""
-        if not isinstance(block, Block):
+        if type(block) is not Block and not isinstance(block, Block):
             raise TypeError(f"free() takes a Block from malloc(), not {type(block).__name__}")
         if self.active_blocks.get(block.ptr) is not block or not block.allocated:
             raise ValueError(f"invalid device pointer: {block.ptr:#x} (double free, or a block "
@@ -352,12 +353,14 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         net_bytes = 0
         del self.active_blocks[block.ptr]
         for candidate in (block.prev, block.next):
+            if candidate is None or candidate.allocated:
+                continue  # try_merge_blocks would refuse: skip the call on the hot path
             subsumed = self.try_merge_blocks(block, candidate, pool)
             if subsumed > 0:
                 net_blocks -= 1
                 net_bytes -= subsumed
         pool.insert_into_blocks(block)
-        if block.is_split():
+        if block.prev is not None or block.next is not None:  # is_split()
             net_blocks += 1
             net_bytes += block.size
         stats = self.stats
