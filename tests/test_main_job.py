@@ -1,0 +1,97 @@
+"""The main job: JupyterLab serving the notebooks, started the way `./kit lab` starts it, and a
+real (headless Chromium) browser opening a lesson in it.
+
+When the tests run inside the environment `./kit` made, the server is started by `./kit lab`
+itself; elsewhere by the same `jupyter lab` command line. The browser check needs Debian's
+`chromium` (.ci/run installs it) and is skipped with a reason where it is missing.
+"""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+TOKEN = "gpumemlab-test-token"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, response.read()
+
+
+@pytest.fixture(scope="module")
+def lab():
+    port = _free_port()
+    args = ["--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}",
+            "--ServerApp.open_browser=False"]
+    stamp = pathlib.Path(sys.prefix) / ".gpumemlab-installed"
+    env = dict(os.environ, GPUMEMLAB_VENV=sys.prefix)
+    if stamp.exists():  # inside ./kit's environment: run the README command itself
+        cmd = [str(ROOT / "kit"), "lab", *args]
+    else:
+        cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={ROOT / 'notebooks'}", *args]
+        if os.geteuid() == 0:
+            cmd.append("--allow-root")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    try:
+        while True:
+            try:
+                status, _ = _get(f"{base}/api/status?token={TOKEN}")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                out = proc.stdout.read().decode(errors="replace")[-3000:] if proc.stdout else ""
+                pytest.fail(f"JupyterLab did not start ({' '.join(cmd[:2])}):\n{out}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_lab_serves_the_notebooks(lab):
+    status, body = _get(f"{lab}/api/contents?token={TOKEN}")
+    names = sorted(item["name"] for item in json.loads(body)["content"])
+    expected = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert status == 200 and names == expected and len(names) == 10
+    status, page = _get(f"{lab}/lab?token={TOKEN}")
+    assert status == 200 and b"JupyterLab" in page
+    status, body = _get(f"{lab}/api/kernelspecs?token={TOKEN}")
+    assert "python3" in json.loads(body)["kernelspecs"]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_a_browser_opens_a_lesson(lab):
+    url = f"{lab}/lab/tree/02_fragmentation.ipynb?token={TOKEN}"
+    result = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+         "--virtual-time-budget=20000", "--dump-dom", url],
+        capture_output=True, timeout=120)
+    dom = result.stdout.decode(errors="replace")
+    assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
+    # The notebook panel is rendered and shows the lesson's own title and first code cell.
+    assert 'class="jp-Notebook' in dom or "jp-Notebook " in dom
+    assert "Fragmentation: plenty free" in dom
+    assert "Which device does this notebook run on" in dom  # its first code cell
