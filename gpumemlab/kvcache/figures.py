@@ -55,6 +55,11 @@ def draw_batch(ax, results: dict) -> None:
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(strategies))],
                   [LABELS[s] for s in strategies], rotation=20, fontsize=8)
     ax.set_yscale("log")
+    # Plain numbers on the log axis (3, 10, 30 rather than 3x10^0 ...): learners read batch sizes.
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+    ax.yaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("mean concurrent requests")
     ax.set_title("Batch size sustained; x = paper Fig. 13")
     ax.legend(fontsize=7)
