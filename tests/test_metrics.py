@@ -2,7 +2,7 @@
 import pytest
 
 from gpumemlab.metrics import DEFINITIONS, find_fit, fragmentation
-from gpumemlab.viz.rules import Rules
+from gpumemlab.snapshot_rules import Rules
 
 MiB, GiB = 1 << 20, 1 << 30
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from gpumemlab.units import format_size
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
-from gpumemlab.viz.source import device_segments, pick_device, read_source, settings_line
+from gpumemlab.snapshot_source import device_segments, pick_device, read_source, settings_line
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3

@@ -8,7 +8,7 @@ pseudo-Python in the spirit of ``_memory_viz.trace`` (``a = seg_0[0:2.00 MiB]``,
 from __future__ import annotations
 
 from gpumemlab.units import format_size
-from gpumemlab.viz.source import read_source, device_segments
+from gpumemlab.snapshot_source import read_source, device_segments
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
 LARGE_PAGE_BYTES = 2097152  # segsum-like pages for the large pool, doubled for huge segments
