@@ -36,6 +36,10 @@ _MAX_FRAMES = 8
 class Capture:
     """The trace recorded by ``capture()``; use ``snapshot()``, ``replay()`` or ``entries``."""
 
+    # Tells gml.replay to take this as a workload (alloc/free sequence) rather than a recording
+    # whose addresses must be reproduced; replaying.py checks the flag instead of importing us.
+    is_capture = True
+
     def __init__(self, model=None, optimizer=None, frames: bool = True):
         self.model, self.optimizer, self.want_frames = model, optimizer, frames
         self.prelude = []          # allocations that existed before capture began

@@ -115,8 +115,7 @@ def recorded_alloc_conf(snapshot: dict) -> str:
 
 def _source(source, device):
     """-> (trace entries, final segments of that device, snapshot or None, name, device)."""
-    from gpumemlab.capturing import Capture
-    if isinstance(source, Capture):
+    if getattr(source, "is_capture", False):  # a gpumemlab.capturing.Capture
         return source.trace, [], None, "capture", 0 if device is None else device
     if isinstance(source, (str, os.PathLike)):
         snap = load_snapshot(source)
