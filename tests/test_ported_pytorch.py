@@ -118,3 +118,117 @@ def test_memory_stats_cycle_of_alloc_and_free():
     assert stats["allocated_bytes.all.freed"] == stats["allocated_bytes.all.allocated"] == total_blocks
     assert stats["allocated_bytes.all.peak"] == total_blocks
     assert math.isclose(stats["reserved_bytes.all.current"], gpu.memory_reserved())
+
+
+def _fraction_for(gpu, allowed_extra):
+    _, all_memory = gpu.mem_get_info()
+    total_allowed = allowed_extra + gpu.memory_reserved()
+    fraction_allowed = total_allowed / all_memory
+    assert int(fraction_allowed * all_memory) == total_allowed
+    return fraction_allowed
+
+
+def test_max_split_expandable():
+    """test_cuda's test_max_split_expandable: settings switched between allocations, a memory
+    fraction of 120 MiB, and release_cached_blocks with expandable blocks in the free list."""
+    gpu = gml.SimulatedGPU("80GiB", alloc_conf="", record_frames=False)
+    gpu.empty_cache()
+    gpu.set_per_process_memory_fraction(_fraction_for(gpu, 120 * MiB))
+
+    def alloc(n):
+        return gpu.empty(n * MiB)
+
+    gpu.set_allocator_settings("expandable_segments:False,max_split_size_mb:40")
+    a = alloc(40)
+    gpu.set_allocator_settings("expandable_segments:True,max_split_size_mb:40")
+    b = alloc(40)
+    gpu.set_allocator_settings("expandable_segments:False,max_split_size_mb:40")
+    c = alloc(40)
+    with pytest.raises(gml.OutOfMemoryError):
+        alloc(40)
+    del a, b, c
+    # force release_cached_blocks to run with some expandable segments in the free list
+    d = alloc(120)
+    assert d.size == 120 * MiB
+    gpu.check_invariants()
+
+
+def test_garbage_collect_expandable():
+    """test_cuda's test_garbage_collect_expandable: GC runs with an expandable block free."""
+    gpu = gml.SimulatedGPU("80GiB", alloc_conf="", record_frames=False)
+    gpu.set_per_process_memory_fraction(_fraction_for(gpu, 120 * MiB))
+
+    def alloc(n):
+        return gpu.empty(n * MiB)
+
+    gpu.set_allocator_settings("expandable_segments:False,garbage_collection_threshold:0.5")
+    a = alloc(40)
+    gpu.set_allocator_settings("expandable_segments:True,garbage_collection_threshold:0.5")
+    b = alloc(40)
+    del a, b
+    # causes GC to run; the expandable block is split, so GC leaves it alone
+    c = alloc(80)
+    assert c.size == 80 * MiB
+    gpu.check_invariants()
+
+
+def test_out_of_memory_message_for_a_huge_request():
+    """test_cuda's test_out_of_memory: 800,000,000 GiB goes through malloc (under 1 EB)."""
+    gpu = gml.SimulatedGPU("24GiB", alloc_conf="", record_frames=False)
+    keep = gpu.empty(1024 * 4)
+    with pytest.raises(RuntimeError, match="Tried to allocate 800000000.00 GiB"):
+        gpu.empty(1024 * 1024 * 1024 * 800000000)
+    # ... and the device still works
+    assert gpu.empty(1024 * 4).size == 4096
+    del keep
+
+
+def test_memory_snapshot_state_frames_and_addresses():
+    """test_cuda's test_memory_snapshot, on the simulator: 'state' recording keeps frames that
+    point at this file, and the block address is the tensor's."""
+    import random
+
+    gpu = gml.SimulatedGPU("24GiB", alloc_conf="")
+    gpu.empty_cache()
+    gpu.record_memory_history("state")
+    x = gpu.empty(311 * 411 * 4)
+    tensors = [gpu.empty(128 * 4) for _ in range(1000)]
+    rng = random.Random(0)
+    while tensors:
+        del tensors[rng.randint(0, len(tensors) - 1)]
+    gpu.empty(128 * 5 * 4)
+    ss = gpu.snapshot()
+    found_it = False
+    for seg in ss["segments"]:
+        assert "frames" in seg
+        for b in seg["blocks"]:
+            if b["requested_size"] == 311 * 411 * 4:
+                assert "test_ported_pytorch" in b["frames"][0]["filename"]
+                found_it = True
+                assert x.address == b["address"]
+    assert found_it
+    assert len(ss["device_traces"][0]) <= 1
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True"])
+def test_memory_viz_reads_simulated_snapshots(conf):
+    """test_cuda's test_memory_plots on the simulator: PyTorch's own _memory_viz functions (the
+    ones that need no download) accept our snapshots, pending-free blocks included."""
+    mv = pytest.importorskip("torch.cuda._memory_viz")
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    xs = [gpu.empty(s) for s in (1, 3000, 5 * MiB, 30 * MiB, 300 * MiB)]
+    xs[1].free()
+    xs[3].free()
+    gpu.record_stream(xs[2], 3)
+    xs[2] = None  # freed while stream 3 may still use it: active_pending_free
+    ss = gpu.snapshot()
+    assert any(b["state"] == "active_pending_free" for s in ss["segments"] for b in s["blocks"])
+    summary = mv.segsum(ss)
+    reserved_mib = gpu.memory_reserved() / MiB
+    large = sum(s["total_size"] for s in ss["segments"] if s["total_size"] >= 20 * MiB) / MiB
+    assert f"total_reserved: {large:.1f}MiB" in summary and large <= reserved_mib
+    trace = mv.trace(ss)
+    assert "del " in trace
+    for plot in (mv.trace_plot, mv.segment_plot):
+        html = plot(ss)
+        assert "<html" in html.lower() or "<script" in html.lower()
