@@ -224,9 +224,7 @@ def test_memory_viz_reads_simulated_snapshots(conf):
     ss = gpu.snapshot()
     assert any(b["state"] == "active_pending_free" for s in ss["segments"] for b in s["blocks"])
     summary = mv.segsum(ss)
-    reserved_mib = gpu.memory_reserved() / MiB
-    large = sum(s["total_size"] for s in ss["segments"] if s["total_size"] >= 20 * MiB) / MiB
-    assert f"total_reserved: {large:.1f}MiB" in summary and large <= reserved_mib
+    assert f"total_reserved: {gpu.memory_reserved() / MiB:.1f}MiB" in summary
     trace = mv.trace(ss)
     assert "del " in trace
     for plot in (mv.trace_plot, mv.segment_plot):
