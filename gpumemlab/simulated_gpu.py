@@ -92,18 +92,25 @@ class SimulatedGPU:
         record_history: keep the allocator's history for ``snapshot()`` (like
             ``torch.cuda.memory._record_memory_history(max_entries=...)``).
         record_frames: attach the caller's Python frames to each allocation.
+        other_memory: bytes in use outside PyTorch's allocator (a real GPU loses a few hundred
+            MiB to the CUDA context; other processes may hold more). 0 by default, so that every
+            byte of ``total_memory`` is the allocator's and the lessons' numbers stay exact.
     """
 
     kind = "simulated"
 
     def __init__(self, total_memory="24GiB", alloc_conf: str | None = None, *, device_index: int = 0,
                  record_history: bool = True, max_entries: int = sys.maxsize,
-                 record_frames: bool = True, name: str = "Simulated GPU"):
+                 record_frames: bool = True, name: str = "Simulated GPU", other_memory=0):
         total = parse_size(total_memory, name="total_memory")
         if total < 2 * 1024 * 1024:
             raise ValueError(f"total_memory must be at least 2 MiB (one small segment), got {total}")
         if total > _MAX_TOTAL_MEMORY:
             raise ValueError(f"total_memory of {format_size(total)} is absurd (more than 1 PiB)")
+        other = parse_size(other_memory, name="other_memory")
+        if other >= total:
+            raise ValueError(f"other_memory ({format_size(other)}) must be less than total_memory "
+                             f"({format_size(total)})")
         if isinstance(device_index, bool) or not isinstance(device_index, int) or device_index < 0:
             raise ValueError(f"device_index must be a non-negative int, got {device_index!r}")
         if alloc_conf is None:
@@ -114,7 +121,7 @@ class SimulatedGPU:
         self.record_frames = record_frames
         self.allocator = DeviceCachingAllocator(total, config=config, device=device_index,
                                                 record_history=record_history,
-                                                max_entries=max_entries)
+                                                max_entries=max_entries, other_memory=other)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -124,7 +131,9 @@ class SimulatedGPU:
     def describe(self) -> str:
         """One line saying which device this is."""
         settings = self.allocator.config.last_allocator_settings or "default settings"
-        return (f"{self.name} {self.device_index}: {format_size(self.total_memory)} simulated "
+        other = self.allocator.driver.other_bytes
+        held = f", {format_size(other)} held outside PyTorch" if other else ""
+        return (f"{self.name} {self.device_index}: {format_size(self.total_memory)} simulated{held} "
                 f"(PyTorch's CUDA caching allocator modelled in Python, no real GPU memory); "
                 f"allocator settings: {settings}")
 

@@ -130,3 +130,15 @@ def test_mem_get_info():
     a = gpu.empty(100 * MiB)
     assert gpu.mem_get_info() == (2**30 - 100 * MiB, 2**30)
     del a
+
+
+def test_other_memory_outside_the_allocator():
+    # A real 8 GiB card loses memory to the CUDA context: 7.5 GiB cannot fit any more.
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf="", record_frames=False, other_memory="512MiB")
+    assert gpu.mem_get_info() == (8 * gml.GiB - 512 * MiB, 8 * gml.GiB)
+    with pytest.raises(gml.OutOfMemoryError) as info:
+        gpu.empty(7 * gml.GiB + 600 * MiB)
+    assert "has a total capacity of 8.00 GiB of which 7.50 GiB is free" in str(info.value)
+    assert "512.00 MiB held outside PyTorch" in gpu.describe()
+    with pytest.raises(ValueError):
+        gml.SimulatedGPU("1GiB", other_memory="1GiB")

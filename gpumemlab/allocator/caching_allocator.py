@@ -60,10 +60,13 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
 
     def __init__(self, total_memory: int, config: AllocatorConfig | None = None, device: int = 0,
                  record_history: bool = True, max_entries: int = sys.maxsize,
-                 record_context: str | None = "all"):
+                 record_context: str | None = "all", other_memory: int = 0):
         _check_size(total_memory, "total_memory")
+        _check_size(other_memory, "other_memory")
+        if other_memory >= total_memory:
+            raise ValueError("other_memory (held outside the allocator) must be less than total_memory")
         self.device = device
-        self.driver = CudaDriver(total_memory)
+        self.driver = CudaDriver(total_memory, other_memory)
         self.config = config if config is not None else AllocatorConfig()
         self.stats = DeviceStats()
         self.stats.max_split_size = max_split_size_stat(self.config.max_split_size)

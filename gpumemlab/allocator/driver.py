@@ -6,7 +6,8 @@ first-fit search of a free list starting at a fixed base, aligned to 2 MiB. The 
 address choice is not documented; a replay can instead dictate the next address
 (``reserve_next_address``) and the base of the next expandable segment's reservation
 (``reserve_next_va``) so that a recorded run is reproduced exactly. Not modelled: memory
-used by the CUDA context itself, other processes, and driver-side rounding of physical pages.
+of the CUDA context and other processes is only a number (``other_bytes``, 0 by default), and
+driver-side rounding of physical pages is not modelled.
 """
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ class AddressInUseError(ValueError):
 class CudaDriver:
     """Physical memory of one simulated device plus its virtual address space."""
 
-    def __init__(self, total_memory: int):
+    def __init__(self, total_memory: int, other_bytes: int = 0):
         self.total_memory = int(total_memory)
         self.used_bytes = 0  # physical bytes handed out (cudaMalloc + mapped pages)
+        # Memory in use outside the caching allocator: the CUDA context, other processes.
+        self.other_bytes = int(other_bytes)
         self.free_ranges = [(VA_BASE, VA_LIMIT)]  # sorted, disjoint [start, end)
         self.next_addresses = []  # dictated addresses for the next cudaMalloc calls
         self.next_reservations = []  # dictated bases for the next cuMemAddressReserve calls
@@ -35,10 +38,10 @@ class CudaDriver:
     # --- physical memory -------------------------------------------------------------
     def mem_get_info(self) -> tuple:
         """(free, total) bytes, like cudaMemGetInfo."""
-        return self.total_memory - self.used_bytes, self.total_memory
+        return self.total_memory - self.used_bytes - self.other_bytes, self.total_memory
 
     def can_allocate(self, nbytes: int) -> bool:
-        return self.used_bytes + nbytes <= self.total_memory
+        return self.used_bytes + self.other_bytes + nbytes <= self.total_memory
 
     # --- cudaMalloc / cudaFree -------------------------------------------------------
     def cuda_malloc(self, nbytes: int):
