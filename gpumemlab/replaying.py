@@ -57,6 +57,15 @@ class Timeline:
     def __len__(self):
         return len(self.allocated)
 
+    def __getitem__(self, i) -> dict:
+        """The figures after trace entry ``i`` (negative indices count from the end)."""
+        return {"event": range(len(self))[i], "allocated_bytes": self.allocated[i],
+                "reserved_bytes": self.reserved[i], "requested_bytes": self.requested[i]}
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
     def as_dict(self) -> dict:
         return {"allocated": list(self.allocated), "reserved": list(self.reserved),
                 "requested": list(self.requested)}

@@ -141,3 +141,20 @@ def test_capture_replays_on_a_simulated_gpu():
     assert gpu.memory_allocated() >= sum(p.numel() * 4 for p in model.parameters())
     assert gpu.max_memory_allocated() >= rec.peak_live_bytes()
     assert torch is not None
+
+
+def test_timeline_rows_read_like_records():
+    import gpumemlab as gml
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="", record_frames=False)
+    a = gpu.empty(3 * 2**20)
+    b = gpu.empty(100)
+    del a
+    r = gml.replay(gpu.snapshot())
+    last = r.timeline[-1]
+    assert last["allocated_bytes"] == r.timeline.allocated[-1] == gpu.memory_allocated()
+    assert last["reserved_bytes"] == gpu.memory_reserved()
+    assert last["event"] == len(r.timeline) - 1
+    rows = list(r.timeline)
+    assert len(rows) == len(r.timeline) and rows[0]["event"] == 0
+    assert max(row["reserved_bytes"] for row in rows) == r.peak_reserved
+    del b
