@@ -300,6 +300,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
     oom = None
     pending_segment = None        # recorded cudaMalloc address for the next malloc
     pending_map = None            # first recorded segment_map since the last malloc
+    requested_frees = set()       # free_requested seen, free_completed not yet (other streams)
     n = len(trace)
     i = 0
     while i < n:
@@ -342,11 +343,14 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
                     double_allocs += 1
                 live[addr] = blk
         elif action == "free_completed":
+            requested_frees.discard(e["addr"])
             blk = live.pop(e["addr"], None)
             if blk is None:
                 unknown_frees += 1
             else:
                 free(blk)
+        elif action == "free_requested":
+            requested_frees.add(e["addr"])
         elif action == "segment_alloc":
             pending_segment = e["addr"]
         elif action == "segment_map":
@@ -407,6 +411,8 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
             progress(i, n)
     if progress is not None:
         progress(i, n)
+    if i >= n:
+        _leave_pending(alloc, live, requested_frees)
     return {"timeline": timeline, "oom": oom, "allocations": allocations, "mismatches": mismatches,
             "segment_mismatches": segment_mismatches, "oom_mismatches": oom_mismatches,
             "unknown_frees": unknown_frees,
@@ -480,6 +486,17 @@ def _was_empty_cache(alloc, trace, j, released):
             continue
         return True
     return False
+
+
+def _leave_pending(alloc, live, requested_frees):
+    """Blocks the recording freed but whose other-stream events had not completed by its end
+    are ``active_pending_free`` in its final snapshot: leave them so in the model too (freed
+    with a stream use, so an event stays outstanding)."""
+    for addr in sorted(requested_frees):
+        blk = live.pop(addr, None)
+        if blk is not None:
+            alloc.record_stream(blk, blk.stream + 1)
+            alloc.free(blk)
 
 
 def _dictate(alloc, pending_segment, pending_map, translate):

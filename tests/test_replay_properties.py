@@ -1,0 +1,55 @@
+"""Property test: whatever the simulated GPU does, replaying its own recording reproduces it.
+
+Random workloads (mallocs of mixed sizes on several streams, record_stream, frees, empty_cache)
+run on a SimulatedGPU under
+several settings; `gml.replay` of the resulting snapshot must land every allocation on its
+recorded address and end in the same segments.
+"""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpumemlab as gml
+
+MiB = 1024 * 1024
+
+SIZES = st.one_of(st.integers(1, 4096), st.integers(4096, MiB), st.integers(MiB + 1, 10 * MiB),
+                  st.integers(10 * MiB, 120 * MiB))
+OPS = st.lists(st.one_of(
+    st.tuples(st.just("malloc"), SIZES, st.sampled_from([0, 0, 0, 1, 2])),
+    st.tuples(st.just("record_stream"), st.integers(0, 1000), st.sampled_from([1, 2, 3])),
+    st.tuples(st.just("free"), st.integers(0, 1000)),
+    st.tuples(st.just("empty_cache")),
+), min_size=1, max_size=50)
+
+
+def _segments(snap):
+    return [(s["address"], s["total_size"], [(b["size"], b["state"]) for b in s["blocks"]])
+            for s in snap["segments"]]
+
+
+@pytest.mark.parametrize("conf", ["", "max_split_size_mb:40", "roundup_power2_divisions:4",
+                                  "expandable_segments:True"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS)
+def test_replaying_a_simulated_recording_reproduces_it(conf, ops):
+    gpu = gml.SimulatedGPU("2GiB", alloc_conf=conf, record_frames=False)
+    live = []
+    for op in ops:
+        if op[0] == "malloc":
+            try:
+                live.append(gpu.empty(op[1], stream=op[2]))
+            except gml.OutOfMemoryError:
+                pass
+        elif op[0] == "free" and live:
+            live.pop(op[1] % len(live)).free()
+        elif op[0] == "record_stream" and live:
+            gpu.record_stream(live[op[1] % len(live)], op[2])
+        elif op[0] == "empty_cache":
+            gpu.empty_cache()
+    snap = gpu.snapshot()
+    if not snap["device_traces"][0]:
+        return  # nothing was recorded (no allocation happened): nothing to replay
+    result = gml.replay(snap)
+    assert result.address_mismatches == 0, result.notes
+    assert _segments(result.snapshot) == _segments(snap)
