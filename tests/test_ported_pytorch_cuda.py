@@ -1,7 +1,8 @@
 """Ports of PyTorch's own CUDA caching-allocator tests to the simulated GPU.
 
 Source: pytorch/pytorch test/test_cuda.py (classes TestCuda and TestCudaMallocAsync),
-test/test_cuda_multigpu.py (the single-device memory-stats test) and
+test/test_cuda_multigpu.py (the single-device memory-stats test),
+c10/test/core/AllocatorConfig_test.cpp (the settings parser) and
 test/test_cuda_expandable_segments.py (which reruns TestCuda with ``expandable_segments:True``;
 here the relevant ports are parametrized over ``""`` and ``"expandable_segments:True"``).
 Each test is rewritten, not copied: a CUDA tensor of ``n`` float32 elements becomes
@@ -34,6 +35,9 @@ Not portable (skipped, with the reason):
   TestFXMemoryProfiler: need the profiler / torch.compile / tensor reference cycles.
 - test_memory_plots_metadata (_set_memory_metadata) and test_memory_snapshot_skip_actions
   (skip_actions=): the facade has no equivalent API yet (see the helper's report).
+- AllocatorConfig_test's ``device_specific_option_mb`` key: it exists only through the test's
+  REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK (an extension point the model does not have), so the
+  port leaves that key out of the first string.
 - test_memory_stats_multigpu and the multi-device tests of test_cuda_multigpu.py: one
   SimulatedGPU is one device.
 - test_out_of_memory's and test_set_per_process_memory_fraction's "kernel still works" checks
@@ -710,6 +714,67 @@ def test_device_memory_used():
     b = device_memory_used()
     mem_bytes = b - a
     assert num_bytes // 32 <= mem_bytes <= num_bytes * 32
+
+
+# ---------------------------------------------------- c10/test/core/AllocatorConfig_test.cpp
+
+
+def test_allocator_config_test():
+    """AllocatorConfigTest.allocator_config_test: each settings string is stored as given and
+    parsed; keys not mentioned are reset (max_split_size, roundup divisions, GC threshold) or
+    kept (expandable_segments); the list syntax leaves unlisted intervals at 0 and gives the
+    first entry's value to the intervals below it. Adapted: read through the SimulatedGPU's
+    allocator config; ``device_specific_option_mb`` (a key registered by the test's parse hook)
+    is left out."""
+    kmb = 1024 * 1024
+    gpu = gml.SimulatedGPU("80GiB", alloc_conf="")
+    cfg = lambda: gpu.allocator.config  # noqa: E731
+
+    env = ("max_split_size_mb:40,"
+           "max_non_split_rounding_mb:30,"
+           "garbage_collection_threshold:0.5,"
+           "roundup_power2_divisions:[64:8,128:2,256:4,512:2,1024:4,>:1],"
+           "expandable_segments:True,"
+           "pinned_use_background_threads:True")
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    assert cfg().max_split_size == 40 * kmb
+    assert cfg().max_non_split_rounding_size == 30 * kmb
+    assert cfg().garbage_collection_threshold == 0.5
+    for mb, div in ((32, 8), (64, 8), (128, 2), (256, 4), (512, 2), (1024, 4), (2048, 1),
+                    (4096, 1), (8192, 1)):
+        assert cfg().roundup_power2_divisions(mb * kmb) == div, mb
+    assert cfg().expandable_segments is True
+    assert cfg().pinned_use_background_threads is True
+
+    env = "max_split_size_mb:20,max_non_split_rounding_mb:40,garbage_collection_threshold:0.8"
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    assert cfg().max_split_size == 20 * kmb
+    assert cfg().max_non_split_rounding_size == 40 * kmb
+    assert cfg().garbage_collection_threshold == 0.8
+
+    env = "roundup_power2_divisions:[128:8,256:16,512:1,2048:8,>:2]"
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    for mb, div in ((64, 8), (128, 8), (256, 16), (512, 1), (1024, 0), (2048, 8), (4096, 2)):
+        assert cfg().roundup_power2_divisions(mb * kmb) == div, mb
+
+    env = "roundup_power2_divisions:4"
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    for mb in (64, 256, 2048):
+        assert cfg().roundup_power2_divisions(mb * kmb) == 4, mb
+
+    env = "expandable_segments:False,"
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    assert cfg().expandable_segments is False
+
+    env = "pinned_use_background_threads:False"
+    gpu.set_allocator_settings(env)
+    assert gpu.allocator_settings() == env
+    assert cfg().pinned_use_background_threads is False
 
 
 # ------------------------------------------------------------- test_cuda_multigpu.py
