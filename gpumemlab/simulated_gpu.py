@@ -243,15 +243,20 @@ class SimulatedGPU:
         return self.allocator.config.last_allocator_settings
 
     def record_memory_history(self, enabled: str | None = "all", context: str | None = "all",
-                              max_entries: int = sys.maxsize) -> None:
+                              max_entries: int = sys.maxsize, skip_actions=None) -> None:
         """``torch.cuda.memory._record_memory_history``: "all" keeps history, "state" keeps only
-        the current state (a 1-entry buffer), None turns recording off and clears it."""
+        the current state (a 1-entry buffer), None turns recording off and clears it;
+        ``skip_actions`` (e.g. ["free_requested"]) leaves those actions out of the history."""
         if enabled not in (None, "state", "all"):
             raise ValueError(f"enabled must be None, 'state' or 'all', not {enabled!r}")
         if enabled == "state":
             max_entries = 1
         self.allocator.record_history_settings(enabled is not None, context=context,
-                                               max_entries=max_entries)
+                                               max_entries=max_entries, skip_actions=skip_actions)
+
+    def set_memory_metadata(self, metadata: str) -> None:
+        """``torch.cuda.memory._set_memory_metadata``: tag the following trace entries."""
+        self.allocator.set_memory_metadata(metadata)
 
     def mem_get_info(self) -> tuple:
         """(free, total) bytes of the device, like ``torch.cuda.mem_get_info``."""

@@ -230,3 +230,37 @@ def test_memory_viz_reads_simulated_snapshots(conf):
     for plot in (mv.trace_plot, mv.segment_plot):
         html = plot(ss)
         assert "<html" in html.lower() or "<script" in html.lower()
+
+
+@pytest.mark.parametrize("context", ["alloc", "all", "state"])
+def test_memory_plots_metadata(context):
+    """test_cuda's test_memory_plots_metadata: entries recorded while metadata is set carry it."""
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+    gpu.empty_cache()
+    gpu.set_memory_metadata("metadata test")
+    gpu.record_memory_history(context=context)
+    x = gpu.empty(3 * 4 * 4)
+    del x
+    gpu.empty_cache()
+    gpu.set_memory_metadata("")
+    ss = gpu.snapshot()
+    assert ss["device_traces"][0]
+    for event in ss["device_traces"][0]:
+        assert event["user_metadata"] == "metadata test"
+    y = gpu.empty(16)
+    assert gpu.snapshot()["device_traces"][0][-1]["user_metadata"] == ""
+    del y
+
+
+def test_memory_snapshot_skip_actions():
+    """test_cuda's test_memory_snapshot_skip_actions: skipped actions leave no trace entries."""
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+    gpu.record_memory_history("all", context="all", skip_actions=["alloc", "free_requested",
+                                                                   "free_completed"])
+    x = gpu.empty(3 * 4 * 4)
+    del x
+    gpu.empty_cache()
+    actions = [e["action"] for e in gpu.snapshot()["device_traces"][0]]
+    assert actions == ["segment_alloc", "segment_free"]
+    with pytest.raises(ValueError, match="skip_actions"):
+        gpu.record_memory_history("all", skip_actions=["segment_map"])

@@ -82,6 +82,8 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         self.record_history = False
         self.record_context_ = tr.NEVER
         self.clock = 0
+        self.user_metadata = ""  # c10: the thread-local metadata set by _set_memory_metadata
+        self.skip_actions = frozenset()  # actions _record_memory_history(skip_actions=...) drops
         self.oversize_stats_exact = True
         self.record_history_settings(record_history, context=record_context, max_entries=max_entries)
         # The per_process_memory_fraction setting is read once, when the allocator is built.
@@ -107,9 +109,11 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
     def record_trace(self, action, addr, size, stream, context) -> None:
         if not self.record_history:
             return
+        if self.skip_actions and action in self.skip_actions:
+            return
         self.clock += 1
         frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
-        entry = (action, addr, size, stream, self.clock, frames)
+        entry = (action, addr, size, stream, self.clock, frames, self.user_metadata)
         buf = self.alloc_buffer
         if len(buf.entries) < buf.max_entries:
             buf.entries.append(entry)  # the common case, inlined: this is the hot path

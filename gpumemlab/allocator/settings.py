@@ -10,13 +10,27 @@ from . import trace as tr
 
 
 class SettingsMixin:
+    def set_memory_metadata(self, metadata: str) -> None:
+        """``torch.cuda.memory._set_memory_metadata``: a string stored in every following trace
+        entry's ``user_metadata`` ("" to stop)."""
+        if not isinstance(metadata, str):
+            raise TypeError(f"metadata must be a string, not {type(metadata).__name__}")
+        self.user_metadata = metadata
+
     @property
     def total_memory(self) -> int:
         return self.driver.total_memory
 
     def record_history_settings(self, enabled: bool, context: str | None = "all",
-                                max_entries: int = sys.maxsize) -> None:
-        """c10 ``recordHistory``; turning it off clears the history."""
+                                max_entries: int = sys.maxsize, skip_actions=None) -> None:
+        """c10 ``recordHistory``; turning it off clears the history. ``skip_actions`` lists trace
+        actions not to record (newest PyTorch; segment_map/segment_unmap cannot be skipped)."""
+        skip = frozenset(skip_actions or ())
+        unknown = sorted(skip - tr.SKIPPABLE)
+        if unknown:
+            raise ValueError(f"skip_actions: unknown or unskippable action(s) {unknown}; "
+                             f"choose from {sorted(tr.SKIPPABLE)}")
+        self.skip_actions = skip
         self.record_history = bool(enabled)
         self.alloc_buffer.set_max_entries(max_entries)
         self.record_context_ = tr.context_level(context) if enabled else tr.NEVER

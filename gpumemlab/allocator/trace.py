@@ -25,6 +25,11 @@ NEVER, STATE, ALLOC_CONTEXT, ALL = 0, 1, 2, 3
 _CONTEXT_LEVELS = {None: NEVER, "state": STATE, "alloc": ALLOC_CONTEXT, "all": ALL}
 
 
+# What _record_memory_history(skip_actions=...) may drop (segment_map/unmap cannot be skipped).
+SKIPPABLE = frozenset((ALLOC, FREE_REQUESTED, FREE_COMPLETED, SEGMENT_ALLOC, SEGMENT_FREE, OOM,
+                       SNAPSHOT))
+
+
 def context_level(name) -> int:
     try:
         return _CONTEXT_LEVELS[name]
@@ -68,14 +73,14 @@ class TraceRingBuffer:
 
 def entry_to_dict(entry) -> dict:
     """One trace tuple as PyTorch's trace-entry dict."""
-    action, addr, size, stream, time_us, frames = entry
+    action, addr, size, stream, time_us, frames, user_metadata = entry
     d = {"action": action}
     d["device_free" if action == OOM else "addr"] = addr
     d["size"] = size
     d["stream"] = stream
     d["time_us"] = time_us
     d["compile_context"] = "N/A"  # newest PyTorch: torch.compile context, "N/A" outside it
-    d["user_metadata"] = ""
+    d["user_metadata"] = user_metadata
     if frames is not None:
         d["frames"] = list(frames)
     return d
