@@ -13,6 +13,13 @@ wrong attempt), ``explanation`` (shown after a correct answer or a few tries), `
                simulated GPU computes, so each learner can get their own variant
 * ``code``     ``exercise``: a function the learner writes, graded against the real model
 
+Shipped banks are *sealed*: ``feedback``, ``hints`` and ``explanation`` are stored as
+``feedback_sealed``, ``hints_sealed`` and ``explanation_sealed`` (see ``answers.seal_field``),
+keyed by the question's ``salt`` and id. The loader checks each seal's tag and keeps the sealed
+form; ``Question.explanation``, ``Question.shown_hints(n)`` and ``Question.option_feedback(i)``
+decode only when the text is about to be shown. Plain fields are still accepted, for authors'
+drafts; ``plain_fields(question)`` lists them, and ``author seal`` turns them into sealed ones.
+
 Banks are found in ``$GPUMEMLAB_QUIZZES``, else ``<repo>/quizzes`` next to the package, else
 ``gpumemlab/quizkit/banks`` inside an installed package.
 """
@@ -23,11 +30,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .answers import SealError, check_sealed, unseal_field
+
 KINDS = ("choice", "text", "numeric", "predict", "code")
 UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "count": 1, "percent": 1,
          "ratio": 1}
 _ID = re.compile(r"^(\d\d)\.(\d+)$")
-_COMMON = {"id", "kind", "prompt", "points", "hints", "explanation", "faq", "tags"}
+_COMMON = {"id", "kind", "prompt", "points", "hints", "explanation", "faq", "tags", "salt",
+           "hints_sealed", "explanation_sealed"}
 _FIELDS = {
     "choice": {"options", "salt", "answer_hash"},
     "text": {"salt", "answer_hashes"},
@@ -54,15 +64,60 @@ class Question:
     kind: str
     prompt: str
     points: float = 1.0
-    hints: tuple = ()
-    explanation: str = ""
+    stored_hints: tuple = ()        # as stored: plain text (drafts) or sealed, see ``sealed``
+    stored_explanation: str = ""
     faq: bool = False
     tags: tuple = ()
     data: dict = field(default_factory=dict)   # the kind-specific fields, validated
+    salt: str = ""
+    sealed: frozenset = frozenset()  # which of "hints", "explanation" are stored sealed
 
     @property
     def notebook(self) -> str:
         return self.id.split(".")[0]
+
+    # -- decoded only when shown --
+    def shown_hints(self, n: int) -> tuple:
+        """The first ``n`` hints, as text."""
+        hints = self.stored_hints[:max(0, n)]
+        if "hints" not in self.sealed:
+            return hints
+        return tuple(unseal_field(self.id, self.salt, f"hint:{i}", h)
+                     for i, h in enumerate(hints, 1))
+
+    @property
+    def hints(self) -> tuple:
+        return self.shown_hints(len(self.stored_hints))
+
+    @property
+    def explanation(self) -> str:
+        if self.stored_explanation and "explanation" in self.sealed:
+            return unseal_field(self.id, self.salt, "explanation", self.stored_explanation)
+        return self.stored_explanation
+
+    def option_feedback(self, index: int) -> str:
+        """The feedback of option ``index`` (0 = a) of a choice question, as text ("" if none)."""
+        opt = self.data["options"][index]
+        if "feedback_sealed" in opt:
+            return unseal_field(self.id, self.salt, f"feedback:{_LETTERS[index]}",
+                                opt["feedback_sealed"])
+        return opt.get("feedback", "")
+
+
+_LETTERS = "abcdefgh"
+
+
+def plain_fields(question: Question) -> list:
+    """The answer-revealing fields ``question`` stores readable (empty for a sealed question)."""
+    found = []
+    if question.stored_explanation and "explanation" not in question.sealed:
+        found.append("explanation")
+    if question.stored_hints and "hints" not in question.sealed:
+        found.append("hints")
+    for i, opt in enumerate(question.data.get("options", ())):
+        if "feedback" in opt:
+            found.append(f"options[{i + 1}].feedback")
+    return found
 
 
 @dataclass(frozen=True)
@@ -176,12 +231,30 @@ def _parse_question(item, notebook: str, where: str) -> Question:
     points = item.get("points", 1)
     if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
         raise BankError(f"{where}: 'points' must be a positive number")
-    hints = item.get("hints", [])
+    salt = item.get("salt", "")
+    if "salt" in item:
+        salt = _text(salt, "salt", where)
+    sealed = set()
+    for name in ("hints", "explanation"):
+        if name in item and f"{name}_sealed" in item:
+            raise BankError(f"{where}: give '{name}' or '{name}_sealed', not both")
+        if f"{name}_sealed" in item:
+            sealed.add(name)
+    if sealed and not salt:
+        raise BankError(f"{where}: sealed fields need the question's 'salt'")
+    hints = item.get("hints_sealed" if "hints" in sealed else "hints", [])
     if not isinstance(hints, list) or not all(isinstance(h, str) and h.strip() for h in hints):
         raise BankError(f"{where}: 'hints' must be a list of non-empty strings")
-    explanation = item.get("explanation", "")
+    hints = [h.strip() for h in hints]
+    explanation = item.get("explanation_sealed" if "explanation" in sealed else "explanation", "")
     if not isinstance(explanation, str):
         raise BankError(f"{where}: 'explanation' must be a string")
+    explanation = explanation.strip()
+    if "hints" in sealed:
+        for i, h in enumerate(hints, 1):
+            _sealed_ok(qid, salt, f"hint:{i}", h, f"hints_sealed[{i}]", where)
+    if "explanation" in sealed and explanation:
+        _sealed_ok(qid, salt, "explanation", explanation, "explanation_sealed", where)
     tags = item.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise BankError(f"{where}: 'tags' must be a list of strings")
@@ -190,8 +263,20 @@ def _parse_question(item, notebook: str, where: str) -> Question:
         raise BankError(f"{where}: 'faq' must be true or false")
     data = {k: item[k] for k in _FIELDS[kind] if k in item}
     _CHECKS[kind](data, where)
-    return Question(qid, kind, prompt, float(points), tuple(h.strip() for h in hints),
-                    explanation.strip(), faq, tuple(tags), data)
+    if kind == "choice":
+        for j, opt in enumerate(data["options"]):
+            if "feedback_sealed" in opt:
+                _sealed_ok(qid, salt, f"feedback:{_LETTERS[j]}", opt["feedback_sealed"],
+                           f"options[{j + 1}].feedback_sealed", where)
+    return Question(qid, kind, prompt, float(points), tuple(hints), explanation, faq,
+                    tuple(tags), data, salt, frozenset(sealed))
+
+
+def _sealed_ok(qid, salt, purpose, value, name, where):
+    try:
+        check_sealed(qid, salt, purpose, value)
+    except SealError as exc:
+        raise BankError(f"{where}: '{name}': {exc}") from None
 
 
 def _text(value, name, where) -> str:
@@ -211,12 +296,16 @@ def _check_choice(data, where):
     if not isinstance(options, list) or len(options) < 2 or len(options) > 8:
         raise BankError(f"{where}: 'options' must be a list of 2 to 8 items")
     for j, opt in enumerate(options, 1):
-        if not isinstance(opt, dict) or set(opt) - {"text", "feedback"} or "text" not in opt:
+        if not isinstance(opt, dict) or set(opt) - {"text", "feedback", "feedback_sealed"} \
+                or "text" not in opt:
             raise BankError(f"{where}: option {j} must be a mapping with 'text' and optional "
-                            f"'feedback'")
+                            f"'feedback' (or 'feedback_sealed')")
         _text(opt["text"], f"options[{j}].text", where)
-        if "feedback" in opt:
-            _text(opt["feedback"], f"options[{j}].feedback", where)
+        if "feedback" in opt and "feedback_sealed" in opt:
+            raise BankError(f"{where}: option {j} has both 'feedback' and 'feedback_sealed'")
+        for name in ("feedback", "feedback_sealed"):
+            if name in opt:
+                _text(opt[name], f"options[{j}].{name}", where)
     _text(data["salt"], "salt", where)
     _hex64(data["answer_hash"], "answer_hash", where)
 

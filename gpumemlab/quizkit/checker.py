@@ -52,7 +52,7 @@ def _num(x: float) -> str:
 def evaluate(question: Question, answer, attempts_before: int = 0, seed="0") -> Result:
     correct, feedback, reveal = _JUDGES[question.kind](question, answer, seed)
     attempt = attempts_before + 1
-    hints = () if correct else question.hints[:attempt]
+    hints = () if correct else question.shown_hints(attempt)
     explanation = ""
     if correct or attempt >= REVEAL_AFTER:
         explanation = question.explanation
@@ -88,8 +88,7 @@ def choice_letter(question: Question, answer) -> str:
 def _judge_choice(q, answer, seed):
     letter = choice_letter(q, answer)
     correct = matches(q.id, letter, q.data["salt"], [q.data["answer_hash"]])
-    opt = q.data["options"][_letters(8).index(letter)]
-    return correct, opt.get("feedback", ""), None
+    return correct, q.option_feedback(_letters(8).index(letter)), None
 
 
 def _judge_text(q, answer, seed):
