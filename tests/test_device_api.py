@@ -142,3 +142,14 @@ def test_other_memory_outside_the_allocator():
     assert "512.00 MiB held outside PyTorch" in gpu.describe()
     with pytest.raises(ValueError):
         gml.SimulatedGPU("1GiB", other_memory="1GiB")
+
+
+def test_history_ring_buffer_keeps_the_newest_entries_in_order():
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="", record_frames=False, max_entries=5)
+    keep = [gpu.empty(512 * (i + 1)) for i in range(10)]  # one segment_alloc, then 10 allocs
+    trace = gpu.snapshot()["device_traces"][0]
+    assert len(trace) == 5
+    assert [e["action"] for e in trace] == ["alloc"] * 5
+    assert [e["size"] for e in trace] == [512 * (i + 1) for i in range(5, 10)]
+    assert [e["time_us"] for e in trace] == sorted(e["time_us"] for e in trace)
+    del keep

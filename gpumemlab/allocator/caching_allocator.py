@@ -114,11 +114,16 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         self.clock += 1
         frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
         entry = (action, addr, size, stream, self.clock, frames, self.user_metadata)
+        # TraceRingBuffer.insert, inlined: this is the hot path.
         buf = self.alloc_buffer
-        if len(buf.entries) < buf.max_entries:
-            buf.entries.append(entry)  # the common case, inlined: this is the hot path
-        else:
-            buf.insert(entry)
+        entries = buf.entries
+        if len(entries) < buf.max_entries:
+            entries.append(entry)
+        else:  # full: overwrite the oldest entry
+            nxt = buf.next
+            entries[nxt] = entry
+            nxt += 1
+            buf.next = 0 if nxt == buf.max_entries else nxt
 
     # ------------------------------------------------------------------ malloc
     def get_pool(self, size: int, stream: int) -> BlockPool:
