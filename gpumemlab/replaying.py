@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import os
 import time
-from array import array
 
-from gpumemlab.allocator import (K_SMALL_SIZE, AllocatorConfig, DeviceCachingAllocator,
-                                 OutOfMemoryError, round_size)
+from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
+from gpumemlab.replay_releases import (_leave_pending, _release_recorded, _release_rest,
+                                       _was_empty_cache)
+from gpumemlab.replay_result import ReplayError, ReplayResult, Timeline
 from gpumemlab.replay_state import build_start_state, scan_start_state
 from gpumemlab.snapshot_io import load_snapshot, normalize_snapshot
 
@@ -40,68 +41,6 @@ __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_
 
 UNLIMITED_BYTES = 1 << 42          # "no capacity limit": 4 TiB (leaves the model address space)
 _PROGRESS_EVERY = 1 << 16
-
-
-class ReplayError(ValueError):
-    """The source cannot be replayed (no trace, unknown device, ...)."""
-
-
-class Timeline:
-    """Allocated, reserved and requested bytes after every replayed trace entry (parallel arrays)."""
-
-    __slots__ = ("allocated", "reserved", "requested")
-
-    def __init__(self):
-        self.allocated, self.reserved, self.requested = array("q"), array("q"), array("q")
-
-    def __len__(self):
-        return len(self.allocated)
-
-    def __getitem__(self, i) -> dict:
-        """The figures after trace entry ``i`` (negative indices count from the end)."""
-        return {"event": range(len(self))[i], "allocated_bytes": self.allocated[i],
-                "reserved_bytes": self.reserved[i], "requested_bytes": self.requested[i]}
-
-    def __iter__(self):
-        for i in range(len(self)):
-            yield self[i]
-
-    def as_dict(self) -> dict:
-        return {"allocated": list(self.allocated), "reserved": list(self.reserved),
-                "requested": list(self.requested)}
-
-
-class ReplayResult:
-    """What a replay found. ``oom`` is None or a dict: index, entry, size, message.
-
-    ``address_mismatches`` = ``alloc_mismatches`` (allocations not at their recorded address,
-    or, in a faithful replay, that ran out of memory) + ``segment_mismatches`` (recorded segment
-    releases the model could not make, and whole free segments it kept through a recorded
-    ``empty_cache()``) + ``oom_mismatches`` (recorded OOMs the model did not run into); None
-    for captures.
-    """
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-    @property
-    def snapshot(self) -> dict:
-        """The final state as a ``_snapshot()`` dict (computed once)."""
-        if self._snapshot is None:
-            self._snapshot = self.allocator.snapshot()
-        return self._snapshot
-
-    @property
-    def reproduced(self) -> bool:
-        """True when every allocation landed on its recorded address (faithful replays only)."""
-        return bool(self.faithful and self.address_mismatches == 0 and not self.start_problems)
-
-    def __repr__(self):
-        oom = "no OOM" if self.oom is None else f"OOM at entry {self.oom['index']}"
-        mism = ("" if self.address_mismatches is None
-                else f", {self.address_mismatches} address mismatches")
-        return (f"<ReplayResult {self.alloc_conf or 'default settings'!r}: {self.allocations} "
-                f"allocations, peak reserved {self.peak_reserved} bytes, {oom}{mism}>")
 
 
 def recorded_alloc_conf(snapshot: dict) -> str:
@@ -417,86 +356,6 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
             "segment_mismatches": segment_mismatches, "oom_mismatches": oom_mismatches,
             "unknown_frees": unknown_frees,
             "double_allocs": double_allocs, "replayed": i}
-
-
-def _release_recorded(alloc, action, addr, size):
-    """Make the recorded release ``action`` at (translated) ``addr`` on the model; return the
-    released Block, or None when the model has nothing there that this release would free."""
-    pools = (alloc.large_blocks, alloc.small_blocks)
-    if action == "segment_free":
-        # cudaFree of a whole free segment (release_block): its only block, free, at addr
-        for pool in pools:
-            blk = pool.by_ptr.get(addr)
-            if blk is not None:
-                if (blk.prev is None and blk.next is None and blk.expandable_segment is None
-                        and blk.size == size):
-                    alloc.release_block(blk, None)
-                    return blk
-                return None
-        return None
-    # segment_unmap: unmap_block of the free expandable block whose whole pages are the range
-    for pool in pools:
-        for blk in list(pool.by_ptr.values()):
-            es = blk.expandable_segment
-            if es is None or not blk.ptr <= addr < blk.ptr + blk.size:
-                continue
-            page = es.segment_size
-            lo = es.ptr + -(-(blk.ptr - es.ptr) // page) * page
-            hi = es.ptr + (blk.ptr + blk.size - es.ptr) // page * page
-            if lo != addr or hi - lo != size:
-                return None
-            alloc.unmap_block(blk, None)
-            if blk.prev is None and blk.next is None:     # as release_blocks does
-                alloc.release_expandable_segment(blk)
-            return blk
-    return None
-
-
-def _release_rest(alloc):
-    """``empty_cache()`` on the model; returns how many segments it released or unmapped."""
-    before = alloc.stats.num_device_free
-    alloc.empty_cache()
-    return alloc.stats.num_device_free - before
-
-
-def _was_empty_cache(alloc, trace, j, released):
-    """A release burst before a malloc that grew the pool was a user ``empty_cache()`` (not a
-    release inside that malloc) when a released segment could have served the malloc: c10
-    ``malloc`` tries ``get_free_block`` before it releases anything."""
-    if not released:
-        return False
-    n = len(trace)
-    while j < n and trace[j]["action"] in ("segment_alloc", "segment_map"):
-        j += 1
-    if j == n or trace[j]["action"] != "alloc":
-        return False
-    e = trace[j]
-    config = alloc.config
-    size = round_size(max(e["size"], 1), config)
-    small = size <= K_SMALL_SIZE
-    mss = config.max_split_size
-    for blk in released:
-        if blk.expandable_segment is not None or blk.pool.is_small != small:
-            continue
-        if blk.stream != e["stream"] or blk.size < size:
-            continue
-        if size < mss and blk.size >= mss:
-            continue
-        if size >= mss and blk.size >= size + config.max_non_split_rounding_size:
-            continue
-        return True
-    return False
-
-
-def _leave_pending(alloc, live, requested_frees):
-    """Blocks the recording freed but whose other-stream events had not completed by its end
-    are ``active_pending_free`` in its final snapshot: leave them so in the model too (freed
-    with a stream use, so an event stays outstanding)."""
-    for addr in sorted(requested_frees):
-        blk = live.pop(addr, None)
-        if blk is not None:
-            alloc.record_stream(blk, blk.stream + 1)
-            alloc.free(blk)
 
 
 def _dictate(alloc, pending_segment, pending_map, translate):

@@ -1,0 +1,86 @@
+"""Replaying the allocator's releases: recorded ``segment_free``/``segment_unmap`` bursts made
+exactly on the model (c10 ``release_block`` / ``unmap_block``), telling a user ``empty_cache()``
+from a release inside a malloc, and leaving blocks freed-but-pending at the end of a recording."""
+from __future__ import annotations
+
+from gpumemlab.allocator import K_SMALL_SIZE, round_size
+
+
+def _release_recorded(alloc, action, addr, size):
+    """Make the recorded release ``action`` at (translated) ``addr`` on the model; return the
+    released Block, or None when the model has nothing there that this release would free."""
+    pools = (alloc.large_blocks, alloc.small_blocks)
+    if action == "segment_free":
+        # cudaFree of a whole free segment (release_block): its only block, free, at addr
+        for pool in pools:
+            blk = pool.by_ptr.get(addr)
+            if blk is not None:
+                if (blk.prev is None and blk.next is None and blk.expandable_segment is None
+                        and blk.size == size):
+                    alloc.release_block(blk, None)
+                    return blk
+                return None
+        return None
+    # segment_unmap: unmap_block of the free expandable block whose whole pages are the range
+    for pool in pools:
+        for blk in list(pool.by_ptr.values()):
+            es = blk.expandable_segment
+            if es is None or not blk.ptr <= addr < blk.ptr + blk.size:
+                continue
+            page = es.segment_size
+            lo = es.ptr + -(-(blk.ptr - es.ptr) // page) * page
+            hi = es.ptr + (blk.ptr + blk.size - es.ptr) // page * page
+            if lo != addr or hi - lo != size:
+                return None
+            alloc.unmap_block(blk, None)
+            if blk.prev is None and blk.next is None:     # as release_blocks does
+                alloc.release_expandable_segment(blk)
+            return blk
+    return None
+
+
+def _release_rest(alloc):
+    """``empty_cache()`` on the model; returns how many segments it released or unmapped."""
+    before = alloc.stats.num_device_free
+    alloc.empty_cache()
+    return alloc.stats.num_device_free - before
+
+
+def _was_empty_cache(alloc, trace, j, released):
+    """A release burst before a malloc that grew the pool was a user ``empty_cache()`` (not a
+    release inside that malloc) when a released segment could have served the malloc: c10
+    ``malloc`` tries ``get_free_block`` before it releases anything."""
+    if not released:
+        return False
+    n = len(trace)
+    while j < n and trace[j]["action"] in ("segment_alloc", "segment_map"):
+        j += 1
+    if j == n or trace[j]["action"] != "alloc":
+        return False
+    e = trace[j]
+    config = alloc.config
+    size = round_size(max(e["size"], 1), config)
+    small = size <= K_SMALL_SIZE
+    mss = config.max_split_size
+    for blk in released:
+        if blk.expandable_segment is not None or blk.pool.is_small != small:
+            continue
+        if blk.stream != e["stream"] or blk.size < size:
+            continue
+        if size < mss and blk.size >= mss:
+            continue
+        if size >= mss and blk.size >= size + config.max_non_split_rounding_size:
+            continue
+        return True
+    return False
+
+
+def _leave_pending(alloc, live, requested_frees):
+    """Blocks the recording freed but whose other-stream events had not completed by its end
+    are ``active_pending_free`` in its final snapshot: leave them so in the model too (freed
+    with a stream use, so an event stays outstanding)."""
+    for addr in sorted(requested_frees):
+        blk = live.pop(addr, None)
+        if blk is not None:
+            alloc.record_stream(blk, blk.stream + 1)
+            alloc.free(blk)
