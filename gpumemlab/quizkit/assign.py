@@ -21,10 +21,11 @@ class AssignReport:
     out: Path
     source_failures: list      # test ids the source fails
     student_passes: list       # test ids the stubbed student version passes
+    unchecked: list = None     # student-version test ids that never ran (timeout, kernel died)
 
     @property
     def ok(self) -> bool:
-        return not self.source_failures and not self.student_passes
+        return not self.source_failures and not self.student_passes and not self.unchecked
 
     def text(self) -> str:
         lines = [f"wrote {self.out}"]
@@ -33,6 +34,9 @@ class AssignReport:
         if self.student_passes:
             lines.append("student version PASSES tests without answers (free points): "
                          + ", ".join(self.student_passes))
+        if self.unchecked:
+            lines.append("could not check (the test cell timed out or its kernel died; rerun, or "
+                         "raise --cell-timeout): " + ", ".join(self.unchecked))
         if self.ok:
             lines.append("checked: the source passes every test; the student version fails "
                          "every test")
@@ -82,4 +86,8 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignRe
         shutil.rmtree(work, ignore_errors=True)
     src_fail = [t["name"] for t in results["source"].tests if t["status"] != "passed"]
     stu_pass = [t["name"] for t in results["student"].tests if t["status"] == "passed"]
-    return AssignReport(target, src_fail, stu_pass)
+    # A stub test that failed only because it never ran proves nothing about free points.
+    unchecked = [t["name"] for t in results["student"].tests
+                 if t["status"] != "passed" and t["output"].startswith(("test cell stopped",
+                                                                        "test cell did not run"))]
+    return AssignReport(target, src_fail, stu_pass, unchecked)
