@@ -52,7 +52,7 @@ def graded(tmp_path_factory):
     before = (tree_hash(source_dir), tree_hash(subs))
     out = tmp / "out" / "grades.csv"
     status = main(["grade", str(subs), "--source", str(source), "--out", str(out),
-                   "--roster", str(roster), "--cell-timeout", "4", "--timeout", "60",
+                   "--roster", str(roster), "--cell-timeout", "10", "--timeout", "120",
                    "--workers", "2"])
     after = (tree_hash(source_dir), tree_hash(subs))
     rows = {r["student_id"]: r for r in csv.DictReader(out.open())}
