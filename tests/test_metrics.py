@@ -3,19 +3,9 @@ import pytest
 
 from gpumemlab.metrics import DEFINITIONS, find_fit, fragmentation
 from gpumemlab.snapshot_rules import Rules
+from snapshot_builders import seg
 
 MiB, GiB = 1 << 20, 1 << 30
-
-
-def seg(addr, blocks, pool="large", expandable=False, stream=0):
-    out, off = [], addr
-    for size, req, state in blocks:
-        out.append({"address": off, "size": size, "requested_size": req, "state": state,
-                    "frames": []})
-        off += size
-    return {"device": 0, "address": addr, "total_size": off - addr, "stream": stream,
-            "segment_type": pool, "segment_pool_id": (0, 0), "is_expandable": expandable,
-            "frames": [], "blocks": out}
 
 
 def fragmented():

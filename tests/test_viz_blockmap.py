@@ -8,6 +8,7 @@ import pytest  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 import gpumemlab as gml  # noqa: E402
+from snapshot_builders import seg  # noqa: E402
 from gpumemlab.viz.blockmap import plan_panels  # noqa: E402
 from gpumemlab.viz.palette import BLOCK_STYLE  # noqa: E402
 
@@ -19,17 +20,6 @@ def _close_figures():
     yield
     import matplotlib.pyplot as plt
     plt.close("all")
-
-
-def seg(addr, blocks, pool="large", expandable=False):
-    out, off = [], addr
-    for size, req, state in blocks:
-        out.append({"address": off, "size": size, "requested_size": req, "state": state,
-                    "frames": []})
-        off += size
-    return {"device": 0, "address": addr, "total_size": off - addr, "stream": 0,
-            "segment_type": pool, "segment_pool_id": (0, 0), "is_expandable": expandable,
-            "frames": [], "blocks": out}
 
 
 def snapshot():

@@ -8,21 +8,11 @@ import random
 import pytest
 
 import gpumemlab as gml
+from snapshot_builders import seg
 from gpumemlab.viz.history import History
 
 MiB = 1 << 20
 A, S, P = 1 << 32, 1 << 31, 1 << 33
-
-
-def seg(addr, blocks, pool="large"):
-    out, off = [], addr
-    for size, req, state in blocks:
-        out.append({"address": off, "size": size, "requested_size": req, "state": state,
-                    "frames": []})
-        off += size
-    return {"device": 0, "address": addr, "total_size": off - addr, "stream": 0,
-            "segment_type": pool, "segment_pool_id": (0, 0), "is_expandable": False,
-            "frames": [], "blocks": out}
 
 
 def hand_snapshot():

@@ -2,18 +2,9 @@
 import pytest
 
 import gpumemlab as gml
+from snapshot_builders import seg
 
 MiB, GiB = 1 << 20, 1 << 30
-
-
-def seg(addr, blocks, pool="large"):
-    out, off = [], addr
-    for size, req, state in blocks:
-        out.append({"address": off, "size": size, "requested_size": req, "state": state,
-                    "frames": []})
-        off += size
-    return {"device": 0, "address": addr, "total_size": off - addr, "stream": 0,
-            "segment_type": pool, "is_expandable": False, "frames": [], "blocks": out}
 
 
 def test_blockmap_one_character_per_page():
