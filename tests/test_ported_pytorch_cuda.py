@@ -454,6 +454,20 @@ def test_cpp_memory_snapshot_pickle():
             gpu.record_memory_history(None)
 
 
+def _fraction_for_120_mb(gpu):
+    """The two expandable tests' set-up: empty the cache, then the fraction that allows 120 MB
+    more than is reserved. Returns (fraction, device total, allowed bytes)."""
+    gpu.empty_cache()
+    _, all_memory = gpu.mem_get_info()
+    total_allowed = 120 * 1024 * 1024 + gpu.memory_reserved()
+    return total_allowed / all_memory, all_memory, total_allowed
+
+
+def _alloc_mb(gpu):
+    """``torch.ones(n * MB, dtype=torch.int8, device="cuda")`` of the originals."""
+    return lambda n: gpu.empty(n * 1024 * 1024)
+
+
 @pytest.mark.parametrize("conf", CONFS)
 def test_max_split_expandable(conf):
     """TestCudaMallocAsync.test_max_split_expandable: a 120 MB fraction, settings switched between
@@ -462,17 +476,10 @@ def test_max_split_expandable(conf):
     gpu = gml.SimulatedGPU("80GiB", alloc_conf=conf, record_frames=False)
     orig = gpu.get_per_process_memory_fraction()
     try:
-        gpu.empty_cache()
-        mb = 1024 * 1024
-        _, all_memory = gpu.mem_get_info()
-        pre_reserved = gpu.memory_reserved()
-        total_allowed = 120 * mb + pre_reserved
-        fraction_allowed = total_allowed / all_memory
+        fraction_allowed, all_memory, total_allowed = _fraction_for_120_mb(gpu)
         assert int(round(fraction_allowed * all_memory)) == total_allowed
         gpu.set_per_process_memory_fraction(fraction_allowed)
-
-        def alloc(n):
-            return gpu.empty(n * mb)
+        alloc = _alloc_mb(gpu)
 
         gpu.set_allocator_settings("expandable_segments:False,max_split_size_mb:40")
         a = alloc(40)
@@ -497,17 +504,10 @@ def test_garbage_collect_expandable(conf):
     gpu = gml.SimulatedGPU("80GiB", alloc_conf=conf, record_frames=False)
     orig = gpu.get_per_process_memory_fraction()
     try:
-        gpu.empty_cache()
-        mb = 1024 * 1024
-        _, all_memory = gpu.mem_get_info()
-        pre_reserved = gpu.memory_reserved()
-        total_allowed = 120 * mb + pre_reserved
-        fraction_allowed = total_allowed / all_memory
+        fraction_allowed, all_memory, total_allowed = _fraction_for_120_mb(gpu)
         assert fraction_allowed * all_memory == total_allowed
         gpu.set_per_process_memory_fraction(fraction_allowed)
-
-        def alloc(n):
-            return gpu.empty(n * mb)
+        alloc = _alloc_mb(gpu)
 
         gpu.set_allocator_settings("expandable_segments:False,garbage_collection_threshold:0.5")
         a = alloc(40)
