@@ -44,13 +44,19 @@ def test_assign_cli_writes_the_student_version_and_checks_it(tmp_path, capsys):
     assert "BEGIN SOLUTION" not in str(written) and "assert_correct" not in str(written)
 
 
-def test_assign_reports_tests_that_give_free_points(tmp_path, capsys):
+def with_extra_test(grade_id, source):
+    """The fixture notebook plus one more graded test cell (a copy of reserved-test's)."""
     nb = load()
-    free = copy.deepcopy(by_id(nb, "reserved-test"))
-    free.metadata["nbgrader"]["grade_id"] = "free-test"
-    free.source = "assert True"
-    free["id"] = "free-test-cell"
-    nb.cells.append(free)
+    cell = copy.deepcopy(by_id(nb, "reserved-test"))
+    cell.metadata["nbgrader"]["grade_id"] = grade_id
+    cell.source = source
+    cell["id"] = f"{grade_id}-cell"
+    nb.cells.append(cell)
+    return nb
+
+
+def test_assign_reports_tests_that_give_free_points(tmp_path, capsys):
+    nb = with_extra_test("free-test", "assert True")
     nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id")
                 not in ("round-size-test", "frag-test", "frag-answer", "round-size-answer")]
     src = tmp_path / "src.ipynb"
@@ -87,12 +93,7 @@ def test_missing_paths_are_one_line_errors(tmp_path, capsys):
 
 def test_assign_says_when_a_test_could_not_be_checked(tmp_path, capsys):
     """A stub test that never ran (timeout) is not taken as 'fails without answers'."""
-    nb = load()
-    slow = copy.deepcopy(by_id(nb, "reserved-test"))
-    slow.metadata["nbgrader"]["grade_id"] = "slow-test"
-    slow.source = "import time\ntime.sleep(60)"
-    slow["id"] = "slow-test-cell"
-    nb.cells.append(slow)
+    nb = with_extra_test("slow-test", "import time\ntime.sleep(60)")
     src = tmp_path / "src.ipynb"
     nbformat.write(nb, str(src))
     status = main(["assign", str(src), str(tmp_path / "out"), "--cell-timeout", "3"])
