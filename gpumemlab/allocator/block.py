@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
+from .constants import AGGREGATE, LARGE_POOL, SMALL_POOL
+
 
 class Block:
     """One piece of a segment (c10 ``Block``)."""
@@ -66,11 +68,13 @@ class Block:
 class BlockPool:
     """Free blocks of one pool (small or large), ordered like c10's ``std::set`` comparators."""
 
-    __slots__ = ("is_small", "keys", "by_ptr", "unmapped_keys", "unmapped_by_ptr",
+    __slots__ = ("is_small", "stat_types", "keys", "by_ptr", "unmapped_keys", "unmapped_by_ptr",
                  "get_free_blocks_call_count", "owner_private_pool")
 
     def __init__(self, is_small: bool):
         self.is_small = is_small
+        # c10 get_stat_types_for_pool: the aggregate plus this pool's own StatType
+        self.stat_types = (AGGREGATE, SMALL_POOL if is_small else LARGE_POOL)
         self.keys = []  # sorted (stream, size, ptr) of free mapped blocks
         self.by_ptr = {}  # ptr -> Block for the blocks in `keys`
         self.unmapped_keys = []  # sorted (stream, ptr) of unmapped expandable space

@@ -19,6 +19,7 @@ from . import trace as tr
 from .block import Block, BlockPool
 from .config import AllocatorConfig
 from .constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
+from .sizes import format_size
 from .driver import CudaDriver
 from .events import EventsMixin, _check_stream
 from .expandable_ops import ExpandableOpsMixin
@@ -43,8 +44,7 @@ class AllocParams:
         self.alloc_size = alloc_size  # segment size if a new one is needed
         self.block = None
         self.err = None
-        # get_stat_types_for_pool: the aggregate plus the pool's own type
-        self.stat_types = (0, 1) if pool.is_small else (0, 2)
+        self.stat_types = pool.stat_types  # get_stat_types_for_pool
 
 
 def _check_size(value, name):
@@ -175,7 +175,6 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         device_free, device_total = self.driver.mem_get_info()
         allowed_info = ""
         if self.set_fraction:
-            from .sizes import format_size
             allowed_info = format_size(self.allowed_memory_maximum) + " allowed; "
         self.record_trace(tr.OOM, device_free, p.size, p.stream, context)
         self.stats.num_ooms += 1

@@ -9,6 +9,7 @@ instead unmap their free pages.
 from __future__ import annotations
 
 from . import trace as tr
+from .constants import SIZE_MAX
 from .stats import stat_types_for
 
 
@@ -17,7 +18,6 @@ class ReleaseMixin:
         """With ``max_split_size`` set: free one oversize cached block big enough for the
         request, else the largest oversize blocks until enough is released."""
         max_split_size = self.config.max_split_size
-        from .constants import SIZE_MAX
         if max_split_size == SIZE_MAX:
             return False
         pool = p.pool

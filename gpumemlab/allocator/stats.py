@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from .constants import AGGREGATE, LARGE_POOL, SIZE_MAX, SMALL_POOL, STAT_TYPE_NAMES
+from .constants import SIZE_MAX, STAT_TYPE_NAMES
 
 
 class Stat:
@@ -105,7 +105,7 @@ class DeviceStats:
 
 def stat_types_for(pool) -> tuple:
     """``get_stat_types_for_pool``: the aggregate plus the pool's own type."""
-    return (AGGREGATE, SMALL_POOL if pool.is_small else LARGE_POOL)
+    return pool.stat_types
 
 
 def max_split_size_stat(max_split_size: int) -> int:
