@@ -20,8 +20,8 @@ def main(n=30, workers=2):
     import nbformat
 
     import make_submissions as M
-    from gpumemlab.quizkit.build import student_version
-    from gpumemlab.quizkit.grade import grade_all
+    from gpumemlab.classroom.build import student_version
+    from gpumemlab.classroom.grade import grade_all
 
     student = student_version(nbformat.read(str(M.SOURCE), as_version=4))
     work = Path(tempfile.mkdtemp(prefix="gml-bench-"))

@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpumemlab.allocator import DeviceCachingAllocator  # noqa: E402
-from gpumemlab.replaying import replay  # noqa: E402
+from gpumemlab.recordings.replay import replay  # noqa: E402
 
 MiB = 1024 * 1024
 
@@ -41,8 +41,8 @@ def make_recording(entries: int, seed: int = 0) -> dict:
 
 
 def bench_capture(repeats: int = 5):
-    from gpumemlab.capturing import capture
-    from gpumemlab.capture_demo import tiny_transformer, train_step
+    from gpumemlab.recordings.capture import capture
+    from gpumemlab.recordings.capture_demo import tiny_transformer, train_step
     rows = []
     for kw in ({}, {"d_model": 256, "seq_len": 128, "n_layers": 4}):
         model, opt = tiny_transformer(**kw)

@@ -6,7 +6,7 @@ ipywidgets until a name that needs them is used.
 """
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -19,25 +19,25 @@ _LAZY = {
     "format_size": ("gpumemlab.units", "format_size"),
     "parse_size": ("gpumemlab.units", "parse_size"),
     # devices
-    "SimulatedGPU": ("gpumemlab.simulated_gpu", "SimulatedGPU"),
-    "Allocation": ("gpumemlab.simulated_gpu", "Allocation"),
-    "OutOfMemoryError": ("gpumemlab.errors", "OutOfMemoryError"),
-    "CudaGPU": ("gpumemlab.cuda_device", "CudaGPU"),
-    "device": ("gpumemlab.cuda_device", "device"),
+    "SimulatedGPU": ("gpumemlab.devices.simulated", "SimulatedGPU"),
+    "Allocation": ("gpumemlab.devices.simulated", "Allocation"),
+    "OutOfMemoryError": ("gpumemlab.devices.errors", "OutOfMemoryError"),
+    "CudaGPU": ("gpumemlab.devices.cuda", "CudaGPU"),
+    "device": ("gpumemlab.devices.cuda", "device"),
     # snapshots, capture, replay
-    "load_snapshot": ("gpumemlab.snapshot_io", "load_snapshot"),
-    "dump_snapshot": ("gpumemlab.snapshot_io", "dump_snapshot"),
-    "SnapshotError": ("gpumemlab.snapshot_io", "SnapshotError"),
-    "capture": ("gpumemlab.capturing", "capture"),
-    "replay": ("gpumemlab.replaying", "replay"),
-    "scenarios": ("gpumemlab.scenarios", None),
+    "load_snapshot": ("gpumemlab.recordings.files", "load_snapshot"),
+    "dump_snapshot": ("gpumemlab.recordings.files", "dump_snapshot"),
+    "SnapshotError": ("gpumemlab.recordings.files", "SnapshotError"),
+    "capture": ("gpumemlab.recordings.capture", "capture"),
+    "replay": ("gpumemlab.recordings.replay", "replay"),
+    "scenarios": ("gpumemlab.devices.scenarios", None),
     # views and metrics
     "show": ("gpumemlab.viz", "show"),
     "timeline": ("gpumemlab.viz", "timeline"),
     "player": ("gpumemlab.viz", "player"),
     "text_blockmap": ("gpumemlab.viz", "text_blockmap"),
     "text_trace": ("gpumemlab.viz", "text_trace"),
-    "fragmentation": ("gpumemlab.metrics", "fragmentation"),
+    "fragmentation": ("gpumemlab.viz.metrics", "fragmentation"),
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes
@@ -45,18 +45,4 @@ _LAZY = {
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]
-
-
-def __getattr__(name: str):
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'gpumemlab' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

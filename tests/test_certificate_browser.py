@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from gpumemlab.quizkit.certificate import issue_certificate
-from gpumemlab.quizkit.certificate_keys import generate_keypair
+from gpumemlab.certificates.record import issue_certificate
+from gpumemlab.certificates.keys import generate_keypair
 
 pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
                                 reason="Debian's chromium is not installed")

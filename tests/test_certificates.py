@@ -11,11 +11,11 @@ import pytest
 
 from gpumemlab.cli import main as cli
 from gpumemlab.quizkit.bank import all_banks
-from gpumemlab.quizkit.certificate import (Certificate, CertificateError, compute_id,
+from gpumemlab.certificates.record import (Certificate, CertificateError, compute_id,
                                            completion_record, generate_keypair,
                                            issue_certificate, load_certificate,
                                            verify_certificate)
-from gpumemlab.quizkit.certificate_issue import issue_from_grades
+from gpumemlab.certificates.issue import issue_from_grades
 from gpumemlab.quizkit.core import Quiz
 
 
@@ -129,7 +129,7 @@ def test_wrong_key_fails_even_with_forged_fingerprint(issued, keys, tmp_path):
     cert, paths = issued
     result = verify_certificate(paths["html"], keys["other_pub"])
     assert not result.valid and "another key" in result.reason
-    from gpumemlab.quizkit.certificate import key_fingerprint
+    from gpumemlab.certificates.record import key_fingerprint
 
     forged = Certificate({**cert.payload, "key_fingerprint": key_fingerprint(keys["other_pub"])},
                          cert.signature)

@@ -6,8 +6,8 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 from gpumemlab.cli import main  # noqa: E402
-from gpumemlab.quizkit.build import student_version  # noqa: E402
-from gpumemlab.quizkit.cells import NotebookFormatError, validate_source  # noqa: E402
+from gpumemlab.classroom.build import student_version  # noqa: E402
+from gpumemlab.classroom.cells import NotebookFormatError, validate_source  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parent / "fixtures" / "classroom" / "source" / "lab.ipynb"
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
 import make_submissions as M  # noqa: E402
 
 from gpumemlab.cli import main  # noqa: E402
-from gpumemlab.quizkit.build import student_version  # noqa: E402
+from gpumemlab.classroom.build import student_version  # noqa: E402
 
 KINDS = ["loop", "stubborn_loop", "raises", "exit", "delete_tests", "edit_tests", "monkeypatch",
          "fake_pass", "files"]

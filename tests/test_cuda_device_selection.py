@@ -1,7 +1,7 @@
 """gml.device(): the simulator without CUDA, the GPUMEMLAB_DEVICE override, clear errors."""
 import pytest
 
-from gpumemlab.cuda_device import CudaGPU, cuda_available, device
+from gpumemlab.devices.cuda import CudaGPU, cuda_available, device
 
 
 def test_auto_gives_a_device_that_says_which_it_is(monkeypatch):

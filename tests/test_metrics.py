@@ -1,8 +1,8 @@
 """Fragmentation metrics against snapshots whose figures are worked out by hand."""
 import pytest
 
-from gpumemlab.metrics import DEFINITIONS, find_fit, fragmentation
-from gpumemlab.snapshot_rules import Rules
+from gpumemlab.viz.metrics import DEFINITIONS, find_fit, fragmentation
+from gpumemlab.viz.size_rules import Rules
 from snapshot_builders import seg
 
 MiB, GiB = 1 << 20, 1 << 30

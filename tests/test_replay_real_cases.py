@@ -7,12 +7,12 @@ import copy
 import pytest
 
 import gpumemlab as gml
-import gpumemlab.replay_state as replay_state
-import gpumemlab.replaying as replaying
+import gpumemlab.recordings.replay_start as replay_state
+import gpumemlab.recordings.replay as replaying
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, CudaDriver
 from gpumemlab.cli import main
-from gpumemlab.replaying import replay
-from gpumemlab.snapshot_io import dump_snapshot
+from gpumemlab.recordings.replay import replay
+from gpumemlab.recordings.files import dump_snapshot
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -196,7 +196,7 @@ def test_reserve_va_at_clips_to_the_free_range():
     d.release_va(base, 50 * VA_ALIGN)
     assert d.reserve_va_at(base, 3 * VA_ALIGN) == 3 * VA_ALIGN
     d.next_reservations.append(VA_BASE + 200 * VA_ALIGN)
-    from gpumemlab.allocator.expandable import ExpandableSegment
+    from gpumemlab.allocator.expandable_segment import ExpandableSegment
     es = ExpandableSegment(d, 0, GiB, 20 * MiB)
     assert es.ptr == VA_BASE + 200 * VA_ALIGN and es.reserved == es.size()
     assert not d.next_reservations

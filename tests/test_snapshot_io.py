@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from gpumemlab.snapshot_io import (SnapshotError, SnapshotWarning, dump_snapshot, load_snapshot,
+from gpumemlab.recordings.files import (SnapshotError, SnapshotWarning, dump_snapshot, load_snapshot,
                                    loads_snapshot, normalize_snapshot)
 
 MiB = 1024 * 1024
@@ -193,6 +193,6 @@ def test_json_list_of_segments_file(tmp_path):
 
 
 def test_import_does_not_pull_torch():
-    code = "import sys, gpumemlab.snapshot_io; print('torch' in sys.modules)"
+    code = "import sys, gpumemlab.recordings.files; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,7 +15,7 @@ def test_flat_names_are_the_functions_even_after_every_submodule_is_imported():
 
 
 def test_importing_viz_and_metrics_loads_no_plotting_or_widgets():
-    code = ("import sys, gpumemlab.viz, gpumemlab.metrics, gpumemlab.viz.history, "
+    code = ("import sys, gpumemlab.viz, gpumemlab.viz.metrics, gpumemlab.viz.history, "
             "gpumemlab.viz.text; "
             "print(sorted(m for m in ('matplotlib', 'ipywidgets', 'torch') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

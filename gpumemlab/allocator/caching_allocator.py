@@ -4,7 +4,7 @@ Follows c10/cuda/CUDACachingAllocator.cpp function by function, with c10's names
 ``malloc`` (the fallback chain), ``get_free_block``, ``should_split``, ``alloc_block``,
 ``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. Streams and events
 (``record_stream``) are in ``events.py``; releasing memory (``release_cached_blocks`` and friends)
-in ``release.py``; expandable segments in ``expandable_ops.py``; snapshots in ``snapshot.py``.
+in ``release.py``; expandable segments in ``expandable_blocks.py``; snapshots in ``snapshot.py``.
 
 The model is a pure state machine: no clock, no randomness, no I/O. Streams are integers
 (0 is the default stream). Events recorded by ``record_stream`` complete the next time the
@@ -22,10 +22,10 @@ from .constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
 from .sizes import format_size
 from .driver import CudaDriver
 from .events import EventsMixin, _check_stream
-from .expandable_ops import ExpandableOpsMixin
+from .expandable_blocks import ExpandableOpsMixin
 from .oom import EXA_MESSAGE, OutOfMemoryError, oom_message
 from .release import ReleaseMixin
-from .settings import SettingsMixin
+from .runtime_settings import SettingsMixin
 from .rounding import get_allocation_size, round_size
 from .snapshot import SnapshotMixin
 from .stats import DeviceStats, max_split_size_stat, stat_types_for

@@ -2,14 +2,14 @@
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
     gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
-    gpumemlab certificate keygen|issue|verify    # signed certificates (quizkit/certificate_cli)
+    gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from ..quizkit import certificate_cli
+from . import certificate as certificate_cli
 
 
 def register(subparsers) -> None:
@@ -58,8 +58,8 @@ def _error(msg):
 
 
 def _assign(args) -> int:
-    from ..quizkit.assign import assign
-    from ..quizkit.cells import NotebookFormatError
+    from gpumemlab.classroom.assign import assign
+    from gpumemlab.classroom.cells import NotebookFormatError
 
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")
@@ -73,9 +73,9 @@ def _assign(args) -> int:
 
 
 def _grade(args) -> int:
-    from ..quizkit.cells import NotebookFormatError
-    from ..quizkit.grade import grade_all
-    from ..quizkit.reports import read_roster, write_csv, write_feedback
+    from gpumemlab.classroom.cells import NotebookFormatError
+    from gpumemlab.classroom.grade import grade_all
+    from gpumemlab.classroom.reports import read_roster, write_csv, write_feedback
 
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")
@@ -113,15 +113,15 @@ def _grade(args) -> int:
 
 def _certificate_checks(args):
     """Fail before grading, not after, on a bad key or threshold."""
-    from ..quizkit.certificate import load_private_key
-    from ..quizkit.certificate_issue import check_threshold
+    from gpumemlab.certificates.record import load_private_key
+    from gpumemlab.certificates.issue import check_threshold
 
     _certificate(args, lambda: (load_private_key(args.certificates_key),
                                 check_threshold(args.threshold)))
 
 
 def _certificate(args, call=None):
-    from ..quizkit.certificate_keys import CertificateError
+    from gpumemlab.certificates.keys import CertificateError
 
     try:
         return call() if call else certificate_cli.run(args)

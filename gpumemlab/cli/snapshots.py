@@ -52,7 +52,7 @@ def register(subparsers) -> None:
 def _load(path):
     import warnings
 
-    from gpumemlab.snapshot_io import SnapshotError, SnapshotWarning, load_snapshot
+    from gpumemlab.recordings.files import SnapshotError, SnapshotWarning, load_snapshot
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SnapshotWarning)
         try:
@@ -83,7 +83,7 @@ def _progress(label):
 
 
 def _replay(snap, label, path, **kw):
-    from gpumemlab.replaying import ReplayError, replay
+    from gpumemlab.recordings.replay import ReplayError, replay
     try:
         return replay(snap, progress=_progress(label), **kw)
     except ReplayError as exc:
@@ -97,7 +97,7 @@ def _replay(snap, label, path, **kw):
 
 def _fragmentation(snap, total_memory=None):
     try:
-        from gpumemlab.metrics import fragmentation
+        from gpumemlab.viz.metrics import fragmentation
     except ImportError:
         return None
     try:
@@ -189,7 +189,7 @@ def _png(snap, path) -> None:
 # ----------------------------------------------------------------------------- verify
 
 def cmd_verify(args) -> int:
-    from gpumemlab.replaying import replay_devices
+    from gpumemlab.recordings.replay import replay_devices
     snap = _load(args.snapshot)
     devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
     ok = True

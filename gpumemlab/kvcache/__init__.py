@@ -9,33 +9,20 @@ import torch, numpy or matplotlib.
 """
 from __future__ import annotations
 
-import importlib
+from gpumemlab._lazy import lazy_attributes
 
-_LAZY = {
-    "BlockManager": "block_table", "NoFreeBlocksError": "block_table", "AppendPlan": "block_table",
-    "PagedKVCache": "paged_cache",
-    "paged_attention": "attention", "gather_kv": "attention",
-    "ModelShape": "sizing", "PRESETS": "sizing", "kv_bytes_per_token": "sizing",
-    "kv_budget": "sizing", "model_shape": "sizing", "KVBudget": "sizing",
-    "Workload": "workloads", "sharegpt_like": "workloads", "alpaca_like": "workloads",
-    "make_workload": "workloads",
-    "simulate": "simulator", "SimulationResult": "simulator", "STRATEGIES": "strategies",
-    "sharing_savings": "sharing", "SharingResult": "sharing",
-    "compare": "comparison", "block_size_sweep": "comparison", "Comparison": "comparison",
+_MODULES = {
+    "block_table": ("BlockManager", "NoFreeBlocksError", "AppendPlan"),
+    "paged_cache": ("PagedKVCache",),
+    "attention": ("paged_attention", "gather_kv"),
+    "sizing": ("ModelShape", "PRESETS", "kv_bytes_per_token", "kv_budget", "model_shape", "KVBudget"),
+    "workloads": ("Workload", "sharegpt_like", "alpaca_like", "make_workload"),
+    "simulator": ("simulate", "SimulationResult"),
+    "strategies": ("STRATEGIES",),
+    "sharing": ("sharing_savings", "SharingResult"),
+    "comparison": ("compare", "block_size_sweep", "Comparison"),
 }
+_LAZY = {name: ("." + module, name) for module, names in _MODULES.items() for name in names}
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    try:
-        module = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'gpumemlab.kvcache' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

@@ -1,9 +1,9 @@
 """Where the contiguous strategies get their per-request KV buffers: the simulated GPU.
 
-An adapter over ``gpumemlab.simulated_gpu.SimulatedGPU`` (PyTorch's caching allocator rules: rounding,
+An adapter over ``gpumemlab.devices.simulated.SimulatedGPU`` (PyTorch's caching allocator rules: rounding,
 best fit, splitting, caching freed blocks, releasing cached segments and retrying on OOM), so that
 the external fragmentation of Orca-style reservations comes from the real allocator, not from a
-formula. When ``gpumemlab.simulated_gpu`` is not importable it drives the same model's
+formula. When ``gpumemlab.devices.simulated`` is not importable it drives the same model's
 ``DeviceCachingAllocator`` directly. History recording is off, for speed.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ class AllocatorKVMemory:
         self.total_bytes = kv_memory_bytes
         self.failed_allocations = 0
         try:
-            from gpumemlab.simulated_gpu import SimulatedGPU
+            from gpumemlab.devices.simulated import SimulatedGPU
         except ImportError:
             SimulatedGPU = None
         if SimulatedGPU is not None:

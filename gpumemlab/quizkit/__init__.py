@@ -1,6 +1,6 @@
-"""Quizzes and classroom grading: question banks, ``gml.quiz``, the student-version maker and
-the grader. ``quiz`` is the learner object; see ``gpumemlab.quizkit.core``. Importing this package
-reads no bank and imports no widget library."""
+"""Quizzes: question banks, ``gml.quiz`` and its cells, answer checking and progress. ``quiz`` is
+the learner object; see ``gpumemlab.quizkit.core``. The classroom grader lives in
+``gpumemlab.classroom``. Importing this package reads no bank and imports no widget library."""
 from __future__ import annotations
 
 from .bank import BankError

@@ -120,7 +120,7 @@ class Quiz:
         """Write an UNSIGNED self-study completion record (HTML + PNG) into ``out`` when your
         points reach ``threshold`` of all questions; otherwise say how far you are. Returns the
         paths or None. Only a teacher's signed certificate can be verified."""
-        from .certificate_issue import self_study_record
+        from gpumemlab.certificates.issue import self_study_record
 
         return self_study_record(self, name, threshold=threshold, out=out, **kw)
 

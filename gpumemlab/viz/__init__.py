@@ -7,30 +7,17 @@ matplotlib nor ipywidgets. No submodule shares a name with a function it exports
 """
 from __future__ import annotations
 
-import importlib
+from gpumemlab._lazy import lazy_attributes
 
 _LAZY = {
-    "show": "gpumemlab.viz.blockmap",
-    "timeline": "gpumemlab.viz.memory_timeline",
-    "player": "gpumemlab.viz.live_player",
-    "Player": "gpumemlab.viz.live_player",
-    "text_blockmap": "gpumemlab.viz.text",
-    "text_trace": "gpumemlab.viz.text",
-    "History": "gpumemlab.viz.history",
+    "show": (".blockmap", "show"),
+    "timeline": (".memory_timeline", "timeline"),
+    "player": (".live_player", "player"),
+    "Player": (".live_player", "Player"),
+    "text_blockmap": (".text", "text_blockmap"),
+    "text_trace": (".text", "text_trace"),
+    "History": (".history", "History"),
 }
 
 __all__ = sorted(_LAZY)
-
-
-def __getattr__(name: str):
-    try:
-        module = importlib.import_module(_LAZY[name])
-    except KeyError:
-        raise AttributeError(f"module 'gpumemlab.viz' has no attribute {name!r}") from None
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())

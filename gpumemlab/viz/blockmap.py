@@ -14,7 +14,7 @@ from __future__ import annotations
 from gpumemlab.units import format_size
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
-from gpumemlab.snapshot_source import device_segments, pick_device, read_source, settings_line
+from .source import device_segments, pick_device, read_source, settings_line
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3
@@ -52,7 +52,7 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
                          highlight_largest=highlight_largest)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
     import textwrap
-    from gpumemlab.metrics import segment_figures
+    from .metrics import segment_figures
     figs = segment_figures(segments, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
         f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
@@ -183,7 +183,7 @@ def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
 
 def blockmap_info(panels, segments, rules, *, request=None, stream=0, highlight_largest=True):
     """What a block map marks besides the blocks: the largest free block and the request fit."""
-    from gpumemlab.metrics import find_fit
+    from .metrics import find_fit
     fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
     return {"panels": panels, "fit": fit, "request": request,
             "largest": _largest_free(segments) if highlight_largest else None,

@@ -16,7 +16,7 @@ totals for the timeline.
 from __future__ import annotations
 
 from gpumemlab.allocator.constants import K_SMALL_BUFFER
-from gpumemlab.snapshot_source import read_source, device_segments, device_trace, pick_device
+from .source import read_source, device_segments, device_trace, pick_device
 from gpumemlab.viz.state import ALLOCATED, PENDING, AllocatorState, Seg
 
 TOTALS = ("allocated_bytes", "reserved_bytes", "requested_bytes", "active_bytes")

@@ -94,7 +94,7 @@ class Player:
 
     def metrics(self):
         """Fragmentation figures of the current state (``gml.fragmentation``)."""
-        from gpumemlab.metrics import fragmentation
+        from .metrics import fragmentation
         return fragmentation({"segments": self._segments,
                               "allocator_settings": self.history.source.settings},
                              total_memory=self.total_memory)

@@ -8,7 +8,7 @@ pseudo-Python in the spirit of ``_memory_viz.trace`` (``a = seg_0[0:2.00 MiB]``,
 from __future__ import annotations
 
 from gpumemlab.units import format_size
-from gpumemlab.snapshot_source import read_source, device_segments
+from .source import read_source, device_segments
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
 LARGE_PAGE_BYTES = 2097152  # segsum-like pages for the large pool, doubled for huge segments
@@ -48,7 +48,7 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None) -> s
         lines.append(f"{title}: {len(group)} segment(s), one character = {format_size(page)}")
         for index, seg in group:
             lines.append(_segment_row(index, seg, page))
-    from gpumemlab.metrics import segment_figures
+    from .metrics import segment_figures
     figures = segment_figures(segments, src.rules)
     lines.append(
         f"{len(segments)} segments: reserved {format_size(figures['reserved_bytes'])}, "

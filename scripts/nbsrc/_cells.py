@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 
 def md(text: str) -> tuple:
@@ -29,10 +28,8 @@ print(gpu.describe())
 print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
 '''
 
-# gml.device() picks a CudaGPU when CUDA is there, else a SimulatedGPU. Until the repository has
-# gpumemlab/cuda_device.py the notebooks are built against the simulator directly.
-_HAVE_DEVICE = (Path(__file__).resolve().parents[2] / "gpumemlab" / "cuda_device.py").exists()
-DEVICE_EXPR = "gml.device()" if _HAVE_DEVICE else 'gml.SimulatedGPU("24GiB")'
+# gml.device() picks a CudaGPU when CUDA is there, else a SimulatedGPU.
+DEVICE_EXPR = "gml.device()"
 
 
 def setup(extra: str = "") -> tuple:

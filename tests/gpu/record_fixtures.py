@@ -10,7 +10,7 @@ sys.path.insert(0, str(root))
 
 import gpumemlab as gml  # noqa: E402
 from gpumemlab import scenarios  # noqa: E402
-from gpumemlab.snapshot_io import dump_snapshot  # noqa: E402
+from gpumemlab.recordings.files import dump_snapshot  # noqa: E402
 
 
 def main():

@@ -4,7 +4,7 @@ import pytest
 
 import gpumemlab as gml
 from gpumemlab import scenarios
-from gpumemlab.replaying import replay
+from gpumemlab.recordings.replay import replay
 
 BUDGET = "4GiB"
 # stats that depend on the driver or the process, not on the allocator's decisions

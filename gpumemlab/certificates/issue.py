@@ -12,8 +12,8 @@ import math
 import re
 from pathlib import Path
 
-from .certificate import completion_record, issue_certificate, load_private_key
-from .certificate_keys import CertificateError
+from .record import completion_record, issue_certificate, load_private_key
+from .keys import CertificateError
 
 SELF_STUDY_COURSE = "gpumemlab: GPU memory management (self-study)"
 INDEX_COLUMNS = ["student_id", "name", "score", "max_score", "percent", "issued", "id", "file"]

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from gpumemlab.allocator.constants import K_SMALL_SIZE
-from gpumemlab.snapshot_rules import Rules
-from gpumemlab.snapshot_source import read_source, device_segments
+from .size_rules import Rules
+from .source import read_source, device_segments
 
 # name -> (kind, one-line definition); the order is the order shown
 DEFINITIONS = {

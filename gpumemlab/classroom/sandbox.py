@@ -163,7 +163,7 @@ def library_roots() -> list:
         roots.add(user)
     package = Path(gpumemlab.__file__).resolve().parent
     roots.add(str(package))
-    from .bank import quizzes_dir
+    from gpumemlab.quizkit.bank import quizzes_dir
 
     try:
         roots.add(str(quizzes_dir().resolve()))

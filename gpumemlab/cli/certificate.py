@@ -60,7 +60,7 @@ def run(args) -> int:
 
 
 def _keygen(args) -> int:
-    from .certificate import generate_keypair, key_fingerprint
+    from gpumemlab.certificates.record import generate_keypair, key_fingerprint
 
     priv, pub = generate_keypair(args.out, overwrite=args.force)
     print(f"private key: {priv} (mode 0600, keep it secret)\npublic key:  {pub} (publish it)\n"
@@ -78,7 +78,7 @@ def _issue(args) -> int:
 
 def issue_grades(args, grades, course, key, out, assignment=None) -> list:
     """Shared by ``certificate issue`` and ``grade --certificates-key``."""
-    from .certificate_issue import issue_from_grades
+    from gpumemlab.certificates.issue import issue_from_grades
 
     return issue_from_grades(grades, key, course, threshold=args.threshold, out=out,
                              issuer=args.issuer, date=args.date, assignment=assignment,
@@ -86,7 +86,7 @@ def issue_grades(args, grades, course, key, out, assignment=None) -> list:
 
 
 def _verify(args) -> int:
-    from .certificate import verify_certificate
+    from gpumemlab.certificates.record import verify_certificate
 
     result = verify_certificate(args.file, args.key)
     print(result.line())

@@ -14,7 +14,7 @@ import traceback
 from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
                                  alloc_conf_from_environ, memory_summary)
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
-from gpumemlab.errors import OutOfMemoryError
+from .errors import OutOfMemoryError
 from gpumemlab.units import format_size, parse_size
 
 _MAX_TOTAL_MEMORY = 1 << 50  # 1 PiB: far beyond any GPU, small enough to stay meaningful

@@ -12,7 +12,7 @@ from __future__ import annotations
 from . import trace as tr
 from .block import Block
 from .constants import K_SMALL_BUFFER
-from .expandable import ExpandableSegment
+from .expandable_segment import ExpandableSegment
 from .stats import stat_types_for
 
 

@@ -37,7 +37,7 @@ class Capture:
     """The trace recorded by ``capture()``; use ``snapshot()``, ``replay()`` or ``entries``."""
 
     # Tells gml.replay to take this as a workload (alloc/free sequence) rather than a recording
-    # whose addresses must be reproduced; replaying.py checks the flag instead of importing us.
+    # whose addresses must be reproduced; replay.py checks the flag instead of importing us.
     is_capture = True
 
     def __init__(self, model=None, optimizer=None, frames: bool = True):
@@ -95,7 +95,7 @@ class Capture:
 
     def replay(self, gpu=None, **kwargs):
         """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
-        from gpumemlab.replaying import replay
+        from .replay import replay
         return replay(self, gpu=gpu, **kwargs)
 
     def __repr__(self):

@@ -49,7 +49,7 @@ class ScenarioRecord:
 
 
 def _is_oom(exc) -> bool:
-    from gpumemlab.errors import OutOfMemoryError
+    from .errors import OutOfMemoryError
     if isinstance(exc, OutOfMemoryError):
         return True
     torch = sys.modules.get("torch")

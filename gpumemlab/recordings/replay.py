@@ -4,7 +4,7 @@ Follows ALLOCATOR_SPEC.md §9. The source is a snapshot with history (a dict, or
 ``load_snapshot`` reads: ``torch.cuda.memory._dump_snapshot`` output) or a ``Capture``.
 
 * **Faithful replay** (``alloc_conf=None``, a snapshot): the start state is rebuilt
-  (``replay_state``), each recorded ``segment_alloc`` dictates the address of the model's next
+  (``replay_start``), each recorded ``segment_alloc`` dictates the address of the model's next
   cudaMalloc (``driver.reserve_next_address``), the first ``segment_map`` before an ``alloc``
   dictates the base of a new expandable segment's reservation (``driver.reserve_next_va``;
   unused when the model maps into an existing segment), and every ``alloc`` is checked: the
@@ -31,11 +31,11 @@ import time
 
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
-from gpumemlab.replay_releases import (_leave_pending, _release_recorded, _release_rest,
-                                       _was_empty_cache)
-from gpumemlab.replay_result import ReplayError, ReplayResult, Timeline
-from gpumemlab.replay_state import build_start_state, scan_start_state
-from gpumemlab.snapshot_io import load_snapshot, normalize_snapshot
+from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
+                              _was_empty_cache)
+from .replay_result import ReplayError, ReplayResult, Timeline
+from .replay_start import build_start_state, scan_start_state
+from .files import load_snapshot, normalize_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
 
@@ -63,7 +63,7 @@ def recorded_alloc_conf(snapshot: dict) -> str:
 
 def _source(source, device):
     """-> (trace entries, final segments of that device, snapshot or None, name, device)."""
-    if getattr(source, "is_capture", False):  # a gpumemlab.capturing.Capture
+    if getattr(source, "is_capture", False):  # a gpumemlab.recordings.capture.Capture
         return source.trace, [], None, "capture", 0 if device is None else device
     if isinstance(source, (str, os.PathLike)):
         snap = load_snapshot(source)

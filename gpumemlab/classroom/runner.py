@@ -1,6 +1,6 @@
 """Execute one prepared notebook in a fresh kernel, cell by cell, surviving what students do.
 
-Run as a worker process: ``python -m gpumemlab.quizkit.runner JOB.json``. The job names the
+Run as a worker process: ``python -m gpumemlab.classroom.runner JOB.json``. The job names the
 notebook, the working folder (the submission's temporary copy), the per-cell timeout and the
 result file. A cell that times out or kills the kernel is recorded, the kernel is restarted, and
 the cells before it (minus the culprits, minus test cells) are replayed so that later answers still

@@ -277,5 +277,5 @@ def device(kind: str = "auto", memory=None, alloc_conf: str | None = None, **kwa
             raise RuntimeError("a CUDA device was asked for (kind='cuda' or GPUMEMLAB_DEVICE=cuda) "
                                "but torch.cuda.is_available() is False")
         return CudaGPU(budget=memory or "4GiB", alloc_conf=alloc_conf, **kwargs)
-    from gpumemlab.simulated_gpu import SimulatedGPU
+    from .simulated import SimulatedGPU
     return SimulatedGPU(memory or "24GiB", alloc_conf=alloc_conf, **kwargs)

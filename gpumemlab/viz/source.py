@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpumemlab.snapshot_rules import Rules
+from .size_rules import Rules
 
 _SEGMENT_KEYS = ("address", "total_size", "blocks")
 _BLOCK_KEYS = ("size", "state")

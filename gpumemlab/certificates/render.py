@@ -14,7 +14,7 @@ import struct
 import zlib
 from html.parser import HTMLParser
 
-from .certificate_keys import CertificateError
+from .keys import CertificateError
 
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")

@@ -140,7 +140,7 @@ def _run_worker(private: Path, timeout: float, notes: list) -> dict:
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(trusted_sys_path()))
     log = open(private / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gpumemlab.quizkit.runner",
+    proc = subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.runner",
                              str(private / "job.json")], stdout=log, stderr=log, env=env,
                             start_new_session=True, cwd=str(private))
     try:
