@@ -4,11 +4,12 @@ Checks, for every notebook of the curriculum: it exists under its agreed name, i
 4 with the python3 kernelspec, has no outputs or execution counts (so nbval runs it and never
 compares stale outputs), starts with a code cell that says which device it runs on, makes real
 claims in assert cells, ends with the quiz of its own number (whose bank exists), and is exactly
-what scripts/build_notebooks.py generates from scripts/nbsrc/ (so the reviewed Python source and
-the .ipynb never drift apart). Running the notebooks is nbval's job (``./kit test``).
+what scripts/build_notebooks.py builds from its jupytext source in notebooks/src/ (so the reviewed
+Python source and the .ipynb never drift apart), and that source is real Python that round-trips. Running the notebooks is nbval's job (``./kit test``).
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -18,9 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-CURRICULUM = ["00_setup", "01_caching_allocator", "02_fragmentation", "03_reading_the_evidence",
-              "04_empty_cache", "05_allocator_settings", "06_expandable_segments", "07_activations",
-              "08_paged_kv_cache", "09_diagnose_your_run"]
+SOURCE_DIR = NOTEBOOK_DIR / "src"
+CURRICULUM = sorted(p.stem for p in SOURCE_DIR.glob("[0-9][0-9]_*.py"))
 
 
 def _builder():
@@ -41,10 +41,15 @@ def _code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
-def test_the_curriculum_is_exactly_the_ten_notebooks():
+def test_every_notebook_has_its_source_and_lessons_are_numbered_in_order():
     present = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb"))
     assert present == CURRICULUM
-    assert list(_builder().NOTEBOOKS.values()) == CURRICULUM
+    assert list(_builder().lessons().values()) == CURRICULUM
+    assert [name[:2] for name in CURRICULUM] == [f"{i:02d}" for i in range(len(CURRICULUM))]
+    assert CURRICULUM[:10] == ["00_setup", "01_caching_allocator", "02_fragmentation",
+                               "03_reading_the_evidence", "04_empty_cache", "05_allocator_settings",
+                               "06_expandable_segments", "07_activations", "08_paged_kv_cache",
+                               "09_diagnose_your_run"]
 
 
 @pytest.mark.parametrize("name", CURRICULUM)
@@ -104,4 +109,18 @@ def test_notebook_matches_its_generator_source(name):
     key = name[:2]
     text = (NOTEBOOK_DIR / f"{name}.ipynb").read_text(encoding="utf-8")
     assert text == builder.render(key), (
-        f"{name}.ipynb differs from scripts/nbsrc/nb{key}.py: run python scripts/build_notebooks.py {key}")
+        f"{name}.ipynb differs from notebooks/src/{name}.py: run python scripts/build_notebooks.py {key}")
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_source_is_python_in_jupytext_percent_format(name):
+    text = (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8")
+    ast.parse(text, filename=f"{name}.py")  # real Python: magics are comments in percent format
+    assert text.startswith("# %%"), "a lesson source starts with its first cell marker"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_source_round_trips_through_the_notebook(name):
+    # what --pull writes back from an unchanged notebook is the source itself
+    builder = _builder()
+    assert builder.source_text(builder.build(name[:2])) == (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8")

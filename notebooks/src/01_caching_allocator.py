@@ -1,0 +1,217 @@
+# %% [markdown]
+# # 01 · Why a caching allocator?
+#
+# A training step creates and destroys thousands of tensors: activations in the forward pass,
+# gradients in the backward pass, temporaries everywhere. If every `torch.empty` called the CUDA
+# driver's `cudaMalloc`, and every `del` called `cudaFree`, the GPU would spend its time waiting:
+# `cudaMalloc` is a slow driver call, and `cudaFree` synchronizes the whole device.
+#
+# So PyTorch puts a **caching allocator** in between (`c10/cuda/CUDACachingAllocator.cpp`,
+# class `DeviceCachingAllocator`). It takes large **segments** from the driver, hands out
+# **blocks** carved from them, and when a tensor dies it keeps the block in a **pool** for the
+# next request instead of giving it back. This notebook measures that, then walks through the
+# rules that decide block and segment sizes. Open the C++ file beside it: every rule below is
+# named after the c10 function that implements it.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## Count the driver calls, with and without the cache
+#
+# `step()` below allocates and frees what a small training step might: per layer an activation,
+# a temporary and a few small buffers, freed in reverse order at the end. We run ten steps on a
+# simulated 8 GiB card and read two counters from `memory_stats()`: `num_device_alloc`
+# (`cudaMalloc` calls) and `num_device_free` (`cudaFree` calls).
+#
+# Without a cache, every free would go straight back to the driver. We imitate that by calling
+# `empty_cache()` after each step's frees: it hands every wholly free segment back, so the next
+# step has to `cudaMalloc` again.
+
+# %%
+MiB, KiB = gml.MiB, gml.KiB
+LAYERS = 12
+
+def step(gpu):
+    live = []
+    for layer in range(LAYERS):
+        live.append(gpu.empty(24 * MiB))          # an activation kept for backward
+        tmp = gpu.empty(3 * MiB + 123)            # a temporary, dies at once
+        live.append(gpu.empty(4 * KiB))           # a small buffer (bias grad, stats, ...)
+        del tmp
+    live.clear()                                  # backward done: everything dies
+
+def run(steps, release_every_step):
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf="")
+    for _ in range(steps):
+        step(gpu)
+        if release_every_step:
+            gpu.empty_cache()
+    return gpu.memory_stats()
+
+cached, uncached = run(10, False), run(10, True)
+for name, s in (("caching allocator", cached), ("no cache (free to driver)", uncached)):
+    print(f"{name:27}: {s['allocation.all.allocated']:4} tensor allocations -> "
+          f"{s['num_device_alloc']:4} cudaMalloc, {s['num_device_free']:4} cudaFree")
+assert cached["allocation.all.allocated"] == uncached["allocation.all.allocated"]
+assert cached["num_device_alloc"] * 5 < uncached["num_device_alloc"]
+assert cached["num_device_free"] == 0
+
+# %% [markdown]
+# With the cache, the first step pays for the segments and the nine later steps reuse them:
+# no driver call at all. The price is that the memory stays **reserved** by the process after the
+# tensors are gone. That is the bargain behind every lesson in this kit: speed in exchange for
+# memory the allocator holds, and has to lay out well.
+#
+# ## Rule 1: sizes are rounded (`round_size`)
+#
+# Every request is rounded up to a multiple of **512 bytes** (`kMinBlockSize`). Then the rounded
+# size picks a **pool**: requests of at most 1 MiB (`kSmallSize`) go to the *small* pool, the
+# rest to the *large* pool. When no cached block fits, `get_allocation_size` decides how much to
+# `cudaMalloc`:
+#
+# * small requests get a **2 MiB** segment (`kSmallBuffer`), shared by many small tensors;
+# * large requests up to 10 MiB (`kMinLargeAlloc`) get a **20 MiB** segment (`kLargeBuffer`);
+# * larger requests get a segment of their own size, rounded up to **2 MiB** (`kRoundLarge`).
+#
+# The model exposes the same two functions; the table is computed by them.
+
+# %%
+from gpumemlab.allocator.rounding import get_allocation_size, is_small, round_size
+
+requests = [1, 512, 513, 4 * KiB + 1, MiB, MiB + 1, 10 * MiB, 10 * MiB + 1, 100 * MiB + 1]
+print(f"{'request':>14} {'round_size':>14}  pool   {'segment (cudaMalloc)':>20}")
+for r in requests:
+    rounded = round_size(r)
+    pool = "small" if is_small(rounded) else "large"
+    print(f"{r:>14,} {rounded:>14,}  {pool:5}  {gml.format_size(get_allocation_size(rounded)):>20}")
+assert round_size(1) == 512 and round_size(MiB + 1) == 1049088
+assert get_allocation_size(round_size(MiB)) == 2 * MiB             # still small
+assert get_allocation_size(round_size(MiB + 1)) == 20 * MiB        # large, shared segment
+assert get_allocation_size(round_size(10 * MiB + 1)) == 12 * MiB   # own segment, 2 MiB steps
+
+# %% [markdown]
+# ## The same rules on a device
+#
+# Three tensors, one from each size class, on a fresh card. Watch `memory_allocated()` (the
+# rounded block sizes) against `memory_reserved()` (the segments).
+
+# %%
+sim = gml.SimulatedGPU("8GiB", alloc_conf="")
+a = sim.empty(1)                 # small pool: a 2 MiB segment
+b = sim.empty(MiB + 1)           # large pool, <= 10 MiB: a 20 MiB segment
+c = sim.empty(100 * MiB + 1)     # large pool, > 10 MiB: its own 102 MiB segment
+for seg in sim.memory_snapshot():
+    blocks = ", ".join(f"{gml.format_size(bl['size'])} {bl['state']}" for bl in seg["blocks"])
+    print(f"{seg['segment_type']:5} segment {gml.format_size(seg['total_size']):>11}: {blocks}")
+print(f"allocated {gml.format_size(sim.memory_allocated())}, "
+      f"reserved {gml.format_size(sim.memory_reserved())}")
+assert sim.memory_reserved() == 2 * MiB + 20 * MiB + 102 * MiB
+
+# %% [markdown]
+# ## Rule 2: split the block, keep the rest (`should_split`)
+#
+# The 20 MiB segment above holds one block and a free remainder. `alloc_found_block` split
+# the segment because `should_split` said yes: in the small pool a remainder of at least 512 bytes
+# is kept as a free block, in the large pool a remainder of more than 1 MiB (`kSmallSize`).
+# The remainder serves the next requests of that pool, so more 1-10 MiB tensors need no new
+# `cudaMalloc` until the 20 MiB are used up.
+
+# %%
+before = sim.memory_stats()["num_device_alloc"]
+more = [sim.empty(MiB + 1) for _ in range(10)]
+after = sim.memory_stats()["num_device_alloc"]
+seg20 = next(s for s in sim.memory_snapshot() if s["total_size"] == 20 * MiB)
+print(f"10 more 1 MiB tensors: {after - before} new segment(s); the 20 MiB segment now has "
+      f"{len(seg20['blocks'])} blocks, {gml.format_size(seg20['allocated_size'])} allocated")
+tail = next(s for s in sim.memory_snapshot() if s["total_size"] == 102 * MiB)
+print(f"and {len(tail['blocks']) - 1} of them went into the 2 MiB tail of the 102 MiB segment: "
+      f"the smallest free block that fits wins (best fit, rule 3 below)")
+assert after == before
+
+# %% [markdown]
+# ## Rule 3: best fit, same stream (`get_free_block`)
+#
+# A request first looks in its pool for the **smallest free block that is large enough**, on the
+# **same CUDA stream** (ties go to the lowest address). A tensor freed and requested again with
+# the same size gets the very same address, and the trace shows no `segment_alloc`.
+
+# %%
+address = c.address
+del c
+c2 = sim.empty(100 * MiB + 1)
+print(f"freed at {address:#x}, new tensor at {c2.address:#x}: "
+      f"{'same block' if c2.address == address else 'different block'}")
+assert c2.address == address
+
+other_stream = sim.empty(4 * KiB, stream=1)    # the free small-pool space belongs to stream 0
+print(f"a small tensor on stream 1 gets its own segment: "
+      f"{sim.memory_stats()['segment.all.current']} segments now")
+assert len([s for s in sim.memory_snapshot() if s["stream"] == 1]) == 1
+
+# %% [markdown]
+# Blocks are kept per stream because a block freed on one stream may still be read by kernels
+# queued on that stream; handing it to another stream could overwrite data in use.
+# (`tensor.record_stream(s)` tells the allocator about extra streams: the block then waits for
+# an event before it becomes free.)
+#
+# ## Rule 4: free blocks merge with free neighbours (`free_block`, `try_merge_blocks`)
+#
+# When a block is freed, `free_block` tries to merge it with the blocks just before and after it
+# *in the same segment*, if they are free. Free all eleven 1 MiB tensors and the 20 MiB segment
+# becomes a single free block again.
+
+# %%
+del b
+more.clear()
+seg20 = next(s for s in sim.memory_snapshot() if s["total_size"] == 20 * MiB)
+print(f"20 MiB segment after the frees: {[(gml.format_size(bl['size']), bl['state']) for bl in seg20['blocks']]}")
+assert len(seg20["blocks"]) == 1 and seg20["blocks"][0]["state"] == "inactive"
+
+# %% [markdown]
+# Merging only ever joins **neighbours in one segment**. Two free blocks in different segments,
+# or with a live tensor between them, stay apart; that is where fragmentation comes from
+# (notebook 02).
+#
+# ## Reserved is not allocated
+#
+# The tensors are gone, but the memory is still reserved: the cache keeps it for the next step.
+# This is why `nvidia-smi` shows a PyTorch process using far more memory than its live tensors.
+
+# %%
+print(f"allocated {gml.format_size(sim.memory_allocated()):>12}  (live tensors)")
+print(f"reserved  {gml.format_size(sim.memory_reserved()):>12}  (held by the cache: what nvidia-smi sees)")
+print(f"peak reserved {gml.format_size(sim.max_memory_reserved())}, "
+      f"peak allocated {gml.format_size(sim.max_memory_allocated())}")
+assert sim.memory_reserved() > sim.memory_allocated()
+
+# %% [markdown]
+# ## The trace tells the story
+#
+# The simulated card records a history like `torch.cuda.memory._record_memory_history()` does.
+# `gml.text_trace` reads it as pseudo-Python: `cudaMalloc` for new segments, slices of segments
+# for blocks, `del` for frees.
+
+# %%
+print(gml.text_trace(sim, limit=20))
+actions = [e["action"] for e in sim.snapshot()["device_traces"][0]]
+print({a: actions.count(a) for a in sorted(set(actions))})
+assert actions.count("segment_alloc") == sim.memory_stats()["num_device_alloc"]
+
+# %%
+live = sim.memory_stats()["allocation.all.current"]
+fig = gml.show(sim, title=f"after the frees: {live} tensors live, the rest cached")
+fig
+
+# %%
+gml.quiz("01")

@@ -1,0 +1,234 @@
+# %% [markdown]
+# # 02 · Fragmentation: plenty free, and still out of memory
+#
+# The most confusing error in deep learning looks like this:
+#
+# > `CUDA out of memory. Tried to allocate X GiB. GPU 0 has a total capacity of ... of which
+# > Y GiB is free. ... Z GiB is reserved by PyTorch but unallocated.`
+#
+# Add it up: Y + Z, the memory free on the driver plus the memory PyTorch has cached, is more
+# than X, and the tensor still fails. The reason is **fragmentation**: the free memory exists, but it is split
+# into pieces, and **no single piece is large enough**. A tensor needs one contiguous range of
+# addresses, and the allocator never moves live tensors to close the gaps.
+#
+# We build that exact state, one block at a time, on a simulated 8 GiB card so that every number
+# is exact. (On a real GPU the same story happens with messier numbers; notebook 09 diagnoses a
+# recorded run.)
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## Step 1: one big tensor, then free it
+#
+# A warm-up phase allocates one 7 GiB buffer. It is larger than 10 MiB, so `get_allocation_size`
+# asks the driver for a segment of its own (7 GiB, a multiple of 2 MiB). When the buffer dies,
+# the segment stays **cached**: reserved, not allocated.
+
+# %%
+GiB, MiB = gml.GiB, gml.MiB
+sim = gml.SimulatedGPU("8GiB", alloc_conf="")   # alloc_conf="": defaults, whatever the environment says
+
+warmup = sim.empty(7 * GiB)
+del warmup
+driver_free, total = sim.mem_get_info()
+print(f"reserved {gml.format_size(sim.memory_reserved())}, allocated "
+      f"{gml.format_size(sim.memory_allocated())}, driver free {gml.format_size(driver_free)}")
+assert sim.memory_reserved() == 7 * GiB and sim.memory_allocated() == 0
+
+# %% [markdown]
+# ## Step 2: seven 1 GiB tensors carve up the cached segment
+#
+# Each 1 GiB request goes through `get_free_block`: the best fit in the large pool is the cached
+# 7 GiB block. `should_split` says the remainder (more than 1 MiB) is worth keeping, so
+# `alloc_found_block` splits it: the front becomes the tensor, the rest a smaller free block.
+# Seven requests, zero `cudaMalloc` calls, seven blocks side by side in one segment.
+
+# %%
+segments_before = sim.memory_stats()["num_device_alloc"]
+blocks = [sim.empty(GiB) for _ in range(7)]
+for i, t in enumerate(blocks):
+    print(f"tensor {i}: address {t.address:#x}, offset {gml.format_size(t.address - blocks[0].address)}")
+del t   # the loop variable still refers to tensor 6: drop it, or tensor 6 would never be freed
+assert sim.memory_stats()["num_device_alloc"] == segments_before   # no new segment
+assert all(b2.address - b1.address == GiB for b1, b2 in zip(blocks, blocks[1:]))
+
+# %% [markdown]
+# ## Step 3: free every other tensor
+#
+# Tensors 0, 2, 4 and 6 die (think: activations of some layers freed while others are kept).
+# `free_block` calls `try_merge_blocks` with each freed block's neighbours, but the neighbours are
+# live tensors 1, 3 and 5, so nothing merges. The segment now alternates free and allocated
+# gigabytes.
+
+# %%
+for i in (0, 2, 4, 6):
+    blocks[i] = None          # the last reference goes: freed, like `del tensor`
+driver_free, _ = sim.mem_get_info()
+cached_free = sim.memory_reserved() - sim.memory_allocated()
+print(f"allocated            {gml.format_size(sim.memory_allocated())}")
+print(f"reserved, unused     {gml.format_size(cached_free)}  (cached by PyTorch)")
+print(f"free on the driver   {gml.format_size(driver_free)}")
+print(f"free in total        {gml.format_size(cached_free + driver_free)}")
+seg = sim.memory_snapshot()[0]
+print("the segment's blocks:", [f"{gml.format_size(b['size'])} {'used' if b['state'] == 'active_allocated' else 'free'}"
+                                for b in seg["blocks"]])
+assert cached_free == 4 * GiB and driver_free == 1 * GiB
+
+# %% [markdown]
+# The block map draws it. Grey blocks are free and cached, blue ones are allocated; passing
+# `request=2 GiB` asks the view where `get_free_block` would put a 2 GiB tensor.
+
+# %%
+fig = gml.show(sim, request=2 * GiB, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
+print(fig.gml_blockmap["request_text"])
+print(gml.text_blockmap(sim))
+fig
+
+# %% [markdown]
+# ## Step 4: ask for 2 GiB
+#
+# `DeviceCachingAllocator::malloc` tries, in order:
+#
+# 1. `get_free_block`: a cached free block of at least 2 GiB on this stream? None, as the block map showed.
+# 2. `garbage_collect_cached_blocks`: only if `garbage_collection_threshold` is set (notebook 05). Not here.
+# 3. `alloc_block`: `cudaMalloc(2 GiB)`. The driver has less than that free. Fails.
+# 4. `release_available_cached_blocks`: only frees oversize cached blocks when `max_split_size` is
+#    set (notebook 05). Not here.
+# 5. `release_cached_blocks` (what `empty_cache()` does): returns every *wholly free* segment to
+#    the driver, then `alloc_block` once more. Our only segment holds live tensors, so nothing
+#    is returned; the retry fails too.
+# 6. The allocator raises `OutOfMemoryError` with the message below.
+
+# %%
+try:
+    x = sim.empty(2 * GiB)
+    raise AssertionError("the 2 GiB allocation was expected to fail")
+except gml.OutOfMemoryError as err:
+    message = str(err)
+print(message)
+stats = sim.memory_stats()
+print(f"\nnum_alloc_retries = {stats['num_alloc_retries']}, num_ooms = {stats['num_ooms']}")
+assert "Tried to allocate 2.00 GiB" in message
+assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
+
+# %% [markdown]
+# Read the message as evidence: *"reserved by PyTorch but unallocated"* is the cached free memory.
+# When that number is large while the request fails, the cache is **fragmented**. PyTorch's own
+# hint, at the end, points at the fix of notebook 06.
+#
+# The trace shows the same: the last event is an `oom` entry carrying the request size and
+# the driver's free memory at that moment.
+
+# %%
+trace = sim.snapshot()["device_traces"][0]
+oom = [e for e in trace if e["action"] == "oom"][-1]
+print(f"oom entry: size {gml.format_size(oom['size'])}, device_free {gml.format_size(oom['device_free'])}")
+print(gml.text_trace(sim))
+assert oom["size"] == 2 * GiB
+
+# %% [markdown]
+# ## The numbers that name the problem
+#
+# `gml.fragmentation` reads the snapshot and names the figures: free bytes against the
+# **largest free block**, and *external fragmentation* = 1 − largest free block / free bytes
+# (0 when all free memory is one block; close to 1 when it is dust).
+# `non_releasable_bytes` is free memory inside split segments that `empty_cache()` cannot return
+# (PyTorch's `inactive_split_bytes`).
+
+# %%
+m = gml.fragmentation(sim.snapshot(), total_memory=sim.total_memory)
+print(m)
+assert m["free_bytes"] == 4 * GiB
+assert m["largest_free_block_bytes"] == 1 * GiB
+assert m["external_fragmentation"] == 0.75
+assert m["non_releasable_bytes"] == 4 * GiB
+assert m["largest_request_bytes"] < 2 * GiB
+
+# %% [markdown]
+# ## Why not just move the tensors?
+#
+# A live tensor's address is baked into everything that uses it: other tensors' views, kernels
+# already queued on a stream, pointers held by libraries. The allocator cannot move it, so it can
+# only merge **adjacent** free blocks. Free a neighbour, and the gap heals: freeing tensor 1
+# lets `try_merge_blocks` join blocks 0, 1 and 2 into one free block, and the same 2 GiB
+# request now succeeds from the cache, without any driver call.
+
+# %%
+blocks[1] = None
+seg = sim.memory_snapshot()[0]
+print("blocks now:", [f"{gml.format_size(b['size'])} {'used' if b['state'] == 'active_allocated' else 'free'}"
+                      for b in seg["blocks"]])
+device_allocs = sim.memory_stats()["num_device_alloc"]
+x = sim.empty(2 * GiB)
+print(f"2 GiB tensor at offset {gml.format_size(x.address - seg['address'])} of the segment; "
+      f"new cudaMalloc calls: {sim.memory_stats()['num_device_alloc'] - device_allocs}")
+assert sim.memory_stats()["num_device_alloc"] == device_allocs
+
+# %% [markdown]
+# ## Memory over time
+#
+# `gml.timeline` plots allocated, reserved and requested bytes after every event of the
+# recorded history.
+
+# %%
+fig = gml.timeline(sim)
+fig
+
+# %% [markdown]
+# The timeline shows the signature of fragmentation: the **reserved** curve stays high while
+# **allocated** drops, and the gap between them (the cache) cannot serve the request.
+#
+# ## Replay it step by step
+#
+# The player steps through the recorded history and redraws the block map after each event.
+# In JupyterLab, press Play or drag the slider; from code, `goto(k)` moves it, so the lesson
+# can check what it shows. Here we jump to the last free before the failed request.
+
+# %%
+p = gml.player(sim, request=2 * GiB)
+events = [e["action"] for e in p.history.events]
+k = max(i for i, a in enumerate(events[:events.index("oom")]) if a == "free_completed")
+p.goto(k)
+print(f"event {p.index} of {len(p)}: {p.description()}")
+m = p.metrics()
+print(f"free {m.formatted('free_bytes')} in {m['free_blocks']} blocks, largest {m.formatted('largest_free_block_bytes')}")
+assert m["largest_free_block_bytes"] == 1 * GiB and m["free_blocks"] == 4
+p
+
+# %% [markdown]
+# ## What helps
+#
+# * **Change the order or the sizes**: allocate the biggest, longest-lived tensors first, keep
+#   sizes uniform (notebook 07: batch size, checkpointing).
+# * **Don't let big cached blocks be split** by small requests: `max_split_size_mb` (notebook 05).
+# * **Let the segment's physical pages be returned and remapped**: `expandable_segments:True`
+#   (notebook 06). The very workload above then succeeds.
+# * `empty_cache()` does **not** help here: it only returns whole free segments (notebook 04).
+#
+# ## A seeded, less tidy version
+#
+# Real fragmentation is not alternating gigabytes. `gml.scenarios.fragmentation_oom` builds the
+# same failure from many pieces of seeded sizes, scaled to the card. Its record keeps the OOM
+# message and the free memory at the moment of failure.
+
+# %%
+card = gml.SimulatedGPU("8GiB", alloc_conf="")
+rec = gml.scenarios.fragmentation_oom(card)
+print(rec)
+print(rec.oom)
+print(f"free at the OOM: {gml.format_size(rec.free_at_oom)}, request: {gml.format_size(rec.oom_request)}")
+assert rec.oom is not None and rec.free_at_oom > rec.oom_request
+
+# %%
+gml.quiz("02")

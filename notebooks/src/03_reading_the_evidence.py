@@ -1,0 +1,248 @@
+# %% [markdown]
+# # 03 · Reading the evidence
+#
+# When memory runs out, PyTorch gives you four kinds of evidence:
+#
+# 1. **`torch.cuda.memory_summary()`**: a table of allocated, active, reserved and
+#    non-releasable memory, current and peak;
+# 2. **`torch.cuda.memory_stats()`**: the same counters as a flat dict, for code;
+# 3. **memory snapshots** (`torch.cuda.memory._record_memory_history()` then
+#    `torch.cuda.memory._snapshot()` / `_dump_snapshot("file.pickle")`): every segment and block,
+#    with the Python stack that allocated it, plus a trace of events;
+# 4. the **views** built on snapshots: a block map, a timeline, fragmentation figures.
+#
+# We produce all four for a small, training-like program on a simulated card, learn to read
+# them, and find out who holds the memory.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## A program to investigate
+#
+# Named functions, so that the recorded stacks say who allocated what: weights, a forward pass
+# that keeps activations and makes temporaries, a backward pass that makes gradients while it
+# frees activations, and an Adam-like step that creates two state tensors per weight.
+
+# %%
+import random
+MiB, KiB, GiB = gml.MiB, gml.KiB, gml.GiB
+rng = random.Random(0)
+LAYERS = 8
+weight_sizes = [rng.randint(4, 48) * MiB + rng.randrange(0, 4096, 4) for _ in range(LAYERS)]
+act_sizes = [rng.randint(8, 96) * MiB + rng.randrange(0, 4096, 4) for _ in range(LAYERS)]
+
+def load_model(card):
+    return [card.empty(n) for n in weight_sizes]
+
+def forward(card):
+    acts = []
+    for n in act_sizes:
+        acts.append(card.empty(n))           # kept for backward
+        tmp = card.empty(n // 3 + 512)       # e.g. a GELU intermediate
+        del tmp
+    return acts
+
+def backward(card, acts):
+    grads = []
+    for n in reversed(weight_sizes):
+        grads.append(card.empty(n))
+        acts.pop()                           # this layer's activation is no longer needed
+    return grads
+
+def optimizer_step(card, state):
+    if not state:                            # Adam: exp_avg and exp_avg_sq, created on step 1
+        state.extend(card.empty(n) for n in weight_sizes for _ in range(2))
+
+card = gml.SimulatedGPU("8GiB", alloc_conf="")
+weights, state = load_model(card), []
+for step in range(3):
+    acts = forward(card)
+    grads = backward(card, acts)
+    optimizer_step(card, state)
+    grads = None                             # zero_grad(set_to_none=True)
+acts = forward(card)                         # the next forward is in flight: look now
+print(f"allocated {gml.format_size(card.memory_allocated())}, reserved {gml.format_size(card.memory_reserved())}")
+
+# %% [markdown]
+# ## 1. `memory_summary()`
+#
+# Read it row by row:
+#
+# * **Allocated memory**: bytes in live blocks (after rounding), = `memory_allocated()`.
+# * **Active memory**: allocated plus blocks freed by Python but still in use by another stream
+#   (`record_stream`); equal to allocated in a one-stream program.
+# * **Requested memory**: what the program asked for before rounding.
+# * **GPU reserved memory**: all segments, = `memory_reserved()`; what `nvidia-smi` sees
+#   (plus the CUDA context).
+# * **Non-releasable memory**: free bytes inside segments that still hold a live block;
+#   `empty_cache()` cannot return them. Large here means fragmentation.
+# * **Allocations / Active allocs / GPU reserved segments / Non-releasable allocs**: the same as counts.
+# * **Oversize**: blocks at or above `max_split_size` (notebook 05).
+#
+# Columns: current, peak since the last `reset_peak_memory_stats()`, and the running totals of
+# everything ever allocated and freed. The header counts OOMs and `cudaMalloc` retries.
+
+# %%
+print(card.memory_summary())
+
+# %% [markdown]
+# ## 2. `memory_stats()`
+#
+# Keys are `<metric>.<pool>.<stat>`: metrics `allocated_bytes`, `reserved_bytes`, `active_bytes`,
+# `requested_bytes`, `inactive_split_bytes` and their counts `allocation`, `segment`, `active`,
+# `inactive_split`; pools `all`, `large_pool`, `small_pool`; stats `current`, `peak`,
+# `allocated`, `freed`. A few single counters tell how hard the allocator had to work:
+# `num_device_alloc`/`num_device_free` (`cudaMalloc`/`cudaFree` calls), `num_alloc_retries`
+# (failed `cudaMalloc` followed by a cache flush), `num_ooms`, `num_sync_all_streams`.
+
+# %%
+stats = card.memory_stats()
+metrics = ["allocated_bytes", "reserved_bytes", "active_bytes", "requested_bytes", "inactive_split_bytes"]
+print(f"{'metric':22}" + "".join(f"{p:>14}" for p in ("all", "large_pool", "small_pool")) + f"{'peak (all)':>14}")
+for m in metrics:
+    print(f"{m:22}" + "".join(f"{gml.format_size(stats[f'{m}.{p}.current']):>14}"
+                              for p in ("all", "large_pool", "small_pool"))
+          + f"{gml.format_size(stats[f'{m}.all.peak']):>14}")
+for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms", "num_sync_all_streams"):
+    print(f"{key:22}{stats[key]:>14}")
+print(f"\n{len(stats)} keys in all")
+assert stats["allocated_bytes.all.current"] == card.memory_allocated()
+assert stats["reserved_bytes.all.current"] == (stats["reserved_bytes.large_pool.current"]
+                                              + stats["reserved_bytes.small_pool.current"])
+
+# %% [markdown]
+# ## 3. The snapshot
+#
+# `snapshot()` returns the same dict as `torch.cuda.memory._snapshot()`: `segments` (each with its
+# `blocks`), `device_traces` (the recorded events), `allocator_settings`. Each block carries the
+# Python `frames` of the code that allocated it. The numbers in the segments add up to the
+# counters above.
+
+# %%
+snap = card.snapshot()
+print("keys:", list(snap))
+seg = snap["segments"][0]
+print("a segment:", {k: v for k, v in seg.items() if k not in ("blocks", "frames")})
+print("its first block:", {k: v for k, v in seg["blocks"][0].items() if k != "frames"})
+print("allocated by:", seg["blocks"][0]["frames"][0])
+total = sum(s["total_size"] for s in snap["segments"])
+allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+assert total == card.memory_reserved() and allocated == card.memory_allocated()
+
+# %% [markdown]
+# ### Who holds the memory?
+#
+# Group the live blocks by the function that allocated them (the innermost frame). On a real
+# run this is how you find the culprit in an 80 GB snapshot: not "memory is full", but "the
+# optimizer state holds this much, the activations of `forward` that much".
+
+# %%
+by_function = {}
+for s in snap["segments"]:
+    for b in s["blocks"]:
+        if b["state"] == "active_allocated":
+            # the innermost frame with a real function name (skip <listcomp>, <genexpr>)
+            name = next((f["name"] for f in b["frames"] if not f["name"].startswith("<")), "?")
+            count, size = by_function.get(name, (0, 0))
+            by_function[name] = (count + 1, size + b["size"])
+for name, (count, size) in sorted(by_function.items(), key=lambda kv: -kv[1][1]):
+    print(f"{name:18} {count:3} blocks {gml.format_size(size):>12}")
+assert set(by_function) == {"load_model", "forward", "optimizer_step"}
+
+# %% [markdown]
+# Frames are innermost first; comprehensions and generator expressions have frames of their own
+# (`<listcomp>`, `<genexpr>`), so the code skips those to name the function. The gradients are
+# gone (set to `None` after the step), and the backward pass freed the old activations: what is
+# left is weights, optimizer state and the activations of the forward pass in flight.
+#
+# ## 4. The views
+#
+# The block map draws every segment and its blocks; the text version prints the same map in
+# characters, one per page.
+
+# %%
+fig = gml.show(snap, title="training-like program, during the 4th forward pass")
+print(gml.text_blockmap(snap))
+fig
+
+# %% [markdown]
+# `gml.fragmentation` names the figures a reader needs, with a one-line definition each, and
+# checks the bookkeeping: allocated + free cached + pending-free = reserved.
+
+# %%
+m = gml.fragmentation(snap, total_memory=card.total_memory)
+m
+
+# %%
+for name in ("free_bytes", "largest_free_block_bytes", "external_fragmentation", "non_releasable_bytes", "utilization"):
+    print(f"{name:26} {m.formatted(name):>12}   {m.definition(name)}")
+assert m["allocated_bytes"] + m["free_bytes"] + m["pending_free_bytes"] == m["reserved_bytes"]
+assert m["non_releasable_bytes"] == stats["inactive_split_bytes.all.current"]
+
+# %% [markdown]
+# The trace is the history: `text_trace` tells it as pseudo-Python (new segments as
+# `cudaMalloc`, blocks as slices of segments, `del` for frees), and `timeline` plots the bytes
+# after each event.
+
+# %%
+print(gml.text_trace(snap, limit=30))
+actions = [e["action"] for e in snap["device_traces"][0]]
+print({a: actions.count(a) for a in sorted(set(actions))})
+
+# %%
+fig = gml.timeline(snap)
+fig
+
+# %% [markdown]
+# ## Save it, load it, open it anywhere
+#
+# `gml.dump_snapshot` writes the pickle that `torch.cuda.memory._dump_snapshot` writes, so the file
+# opens in PyTorch's own viewer (drag it onto https://pytorch.org/memory_viz, or run
+# `python -m torch.cuda._memory_viz trace_plot file.pickle -o trace.html`). `gml.load_snapshot`
+# reads such files safely (no arbitrary pickled objects) from a real GPU run or from the kit.
+
+# %%
+import pathlib, tempfile
+folder = pathlib.Path(tempfile.mkdtemp(prefix="gpumemlab-"))
+path = gml.dump_snapshot(snap, folder / "training_like.pickle")
+loaded = gml.load_snapshot(path)
+print(f"{path.name}: {path.stat().st_size:,} bytes, {len(loaded['segments'])} segments, "
+      f"{len(loaded['device_traces'][0])} trace entries")
+assert gml.fragmentation(loaded).as_dict() == gml.fragmentation(snap).as_dict()
+
+# %% [markdown]
+# ## On a real GPU
+#
+# On a CUDA machine, the recipe is:
+#
+# ```python
+# torch.cuda.memory._record_memory_history(max_entries=100_000)   # before the run
+# ...                                                              # train; OOM or not
+# torch.cuda.memory._dump_snapshot("run.pickle")                  # in the except: block too
+# torch.cuda.memory._record_memory_history(enabled=None)           # stop recording
+# ```
+#
+# The cell below runs the kit's seeded training-like scenario on the device of the first cell
+# (a real GPU inside its memory budget, or the 24 GiB simulated card) and prints the same
+# evidence.
+
+# %%
+rec = gml.scenarios.train_step_like(gpu, release=False)
+print(rec)
+print(gpu.memory_summary(abbreviated=True))
+print(gml.fragmentation(gpu.snapshot()))
+rec.held.clear()      # free the scenario's tensors
+
+# %%
+gml.quiz("03")

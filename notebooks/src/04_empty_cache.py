@@ -1,0 +1,195 @@
+# %% [markdown]
+# # 04 · `empty_cache()`: what it gives back, and what it cannot fix
+#
+# `torch.cuda.empty_cache()` is the first thing people try after an OOM. It calls the
+# allocator's `emptyCache`, which runs `release_cached_blocks`:
+#
+# 1. `synchronize_and_free_events`: wait for every stream that still uses a freed block;
+# 2. `release_blocks` on the large pool, then the small pool: every free block that is a
+#    **whole segment** (no neighbour on either side, `block->prev == nullptr && block->next == nullptr`)
+#    goes to `release_block`, which calls `cudaFree`.
+#
+# So it returns **whole free segments only**. Free blocks inside a segment that still holds a
+# live tensor stay cached. And live tensors are never touched. This notebook measures each
+# consequence.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## Whole free segments go back
+#
+# Three tensors in three segments, all freed: the memory stays reserved until `empty_cache()`.
+# Afterwards reserved is zero, and the driver's free memory (what other processes, and
+# `nvidia-smi`, see) is back to the full card.
+
+# %%
+GiB, MiB = gml.GiB, gml.MiB
+sim = gml.SimulatedGPU("8GiB", alloc_conf="")
+ts = [sim.empty(n) for n in (3 * GiB, 500 * MiB, 4 * MiB)]
+ts.clear()
+print(f"after del:         allocated {gml.format_size(sim.memory_allocated())}, "
+      f"reserved {gml.format_size(sim.memory_reserved())}, driver free {gml.format_size(sim.mem_get_info()[0])}")
+syncs = sim.memory_stats()["num_sync_all_streams"]
+sim.empty_cache()
+s = sim.memory_stats()
+print(f"after empty_cache: allocated {gml.format_size(sim.memory_allocated())}, "
+      f"reserved {gml.format_size(sim.memory_reserved())}, driver free {gml.format_size(sim.mem_get_info()[0])}")
+print(f"cudaFree calls: {s['num_device_free']}, device-wide syncs: {s['num_sync_all_streams'] - syncs}")
+assert sim.memory_reserved() == 0 and s["num_device_free"] == 3
+assert s["num_sync_all_streams"] == syncs + 1
+frees = [e for e in sim.snapshot()["device_traces"][0] if e["action"] == "segment_free"]
+print("segment_free order (large pool by size, then small):", [gml.format_size(e["size"]) for e in frees])
+
+# %% [markdown]
+# ## A single live tensor pins its segment
+#
+# One 1-byte tensor lives in a 2 MiB small-pool segment. The rest of the segment is free, but
+# `release_blocks` sees a split segment (the free block has a neighbour) and skips it.
+
+# %%
+tiny = sim.empty(1)
+sim.empty_cache()
+print(f"with one live byte:  reserved {gml.format_size(sim.memory_reserved())}")
+assert sim.memory_reserved() == 2 * MiB
+del tiny
+sim.empty_cache()
+print(f"after del + empty_cache: reserved {gml.format_size(sim.memory_reserved())}")
+assert sim.memory_reserved() == 0
+
+
+# %% [markdown]
+# ## It cannot fix fragmentation
+#
+# Rebuild the fragmented card of notebook 02: one 7 GiB segment, alternating free and live
+# 1 GiB blocks. All of the free cache sits inside that one segment, so `empty_cache()` has
+# nothing to return, and the 2 GiB request fails exactly as before. The fragmentation metrics
+# predicted it: `non_releasable_bytes` (PyTorch's `inactive_split_bytes`, the *Non-releasable
+# memory* row of `memory_summary`) is all of the free cache.
+
+# %%
+def fragmented_card():
+    card = gml.SimulatedGPU("8GiB", alloc_conf="")
+    warm = card.empty(7 * GiB)
+    del warm
+    blocks = [card.empty(GiB) for _ in range(7)]
+    keep = [b for i, b in enumerate(blocks) if i % 2 == 1]   # tensors 1, 3, 5 stay alive
+    return card, keep
+
+card, keep = fragmented_card()
+m = gml.fragmentation(card.snapshot())
+print(f"free cache {m.formatted('free_bytes')}, of which non-releasable {m.formatted('non_releasable_bytes')}")
+print(f"inactive_split_bytes stat: {gml.format_size(card.memory_stats()['inactive_split_bytes.all.current'])}")
+reserved_before = card.memory_reserved()
+card.empty_cache()
+print(f"reserved before {gml.format_size(reserved_before)}, after empty_cache {gml.format_size(card.memory_reserved())}")
+try:
+    x = card.empty(2 * GiB)
+    failed = False
+except gml.OutOfMemoryError as err:
+    failed = True
+    print("still:", str(err).split(". If")[0])
+assert card.memory_reserved() == reserved_before and failed
+assert m["non_releasable_bytes"] == m["free_bytes"] == 4 * GiB
+
+# %%
+print(card.memory_summary(abbreviated=True))
+
+# %% [markdown]
+# ## The OOM path already calls it for you
+#
+# Before it raises, `malloc` runs `release_cached_blocks` itself and retries `cudaMalloc`
+# (it counts the retry in `num_alloc_retries`). So calling `empty_cache()` right before a big
+# allocation, in the same process, changes nothing that the allocator would not do anyway;
+# it only costs a device synchronization every time.
+#
+# Two 3 GiB tensors die and stay cached as two segments. A 5 GiB request fits neither cached
+# block and the driver has too little left, so the first `cudaMalloc` fails; the automatic
+# release frees both whole segments and the retry succeeds.
+
+# %%
+sim = gml.SimulatedGPU("8GiB", alloc_conf="")
+a, b = sim.empty(3 * GiB), sim.empty(3 * GiB)
+del a, b
+big = sim.empty(5 * GiB)       # no manual empty_cache()
+s = sim.memory_stats()
+print(f"5 GiB allocated; num_alloc_retries = {s['num_alloc_retries']}, "
+      f"segments freed by the retry path = {s['num_device_free']}, OOMs = {s['num_ooms']}")
+assert s["num_alloc_retries"] == 1 and s["num_device_free"] == 2 and s["num_ooms"] == 0
+
+
+# %% [markdown]
+# ## The cost of calling it every step
+#
+# Notebook 01 measured it: with `empty_cache()` after every step the allocator loses its cache
+# and pays `cudaMalloc`/`cudaFree` again each step, plus a device-wide synchronization each time.
+# Here is the count for a loop of 20 steps with one 512 MiB activation and a few temporaries.
+
+# %%
+def loop(call_empty_cache, steps=20):
+    card = gml.SimulatedGPU("8GiB", alloc_conf="")
+    for _ in range(steps):
+        act = card.empty(512 * MiB)
+        tmps = [card.empty(n * MiB) for n in (3, 40, 96)]
+        del act, tmps
+        if call_empty_cache:
+            card.empty_cache()
+    return card.memory_stats()
+
+for flag in (False, True):
+    s = loop(flag)
+    print(f"empty_cache each step = {flag!s:5}: cudaMalloc {s['num_device_alloc']:3}, "
+          f"cudaFree {s['num_device_free']:3}, device syncs {s['num_sync_all_streams']:3}")
+assert loop(True)["num_device_alloc"] > 10 * loop(False)["num_device_alloc"]
+
+# %% [markdown]
+# ## When it does help: sharing the card
+#
+# The cache is private to PyTorch's allocator. Anything else on the GPU allocates from the
+# driver: another process, another framework in the same process, a library that calls
+# `cudaMalloc` directly (NCCL buffers, some cuDNN/cuBLAS workspaces). Memory that PyTorch holds
+# but does not use is invisible to them. After a phase that left big whole segments cached (an
+# evaluation pass, a one-off peak), `empty_cache()` hands them back to the driver where those
+# others can get it.
+#
+# Below, `driver.cuda_malloc` stands in for another process asking the driver for 5 GiB.
+
+# %%
+sim = gml.SimulatedGPU("8GiB", alloc_conf="")
+peak = sim.empty(6 * GiB)          # an evaluation pass with a big batch
+del peak                           # over: 6 GiB cached, unused
+other = sim.allocator.driver.cuda_malloc(5 * GiB)
+print(f"other process, before empty_cache: {'got 5 GiB' if other else 'cudaMalloc failed'} "
+      f"(driver free {gml.format_size(sim.mem_get_info()[0])})")
+sim.empty_cache()
+other = sim.allocator.driver.cuda_malloc(5 * GiB)
+print(f"other process, after empty_cache:  {'got 5 GiB' if other else 'cudaMalloc failed'} "
+      f"(driver free {gml.format_size(sim.mem_get_info()[0])})")
+assert other is not None
+
+# %% [markdown]
+# ## Summary
+#
+# | `empty_cache()` ... | |
+# |---|---|
+# | returns | whole free segments (`release_blocks` → `release_block` → `cudaFree`) |
+# | keeps | free blocks inside segments with a live tensor (`inactive_split_bytes`) |
+# | never touches | live tensors |
+# | costs | a device-wide sync, and `cudaMalloc` again on the next allocations |
+# | helps | other processes/libraries on the same GPU; `nvidia-smi` readings |
+# | does not help | fragmentation OOMs (the OOM path already released what it could) |
+#
+# For fragmentation itself, see notebooks 05 and 06.
+
+# %%
+gml.quiz("04")

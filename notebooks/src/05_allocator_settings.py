@@ -1,0 +1,210 @@
+# %% [markdown]
+# # 05 · Allocator settings, measured
+#
+# PyTorch's allocator reads `PYTORCH_CUDA_ALLOC_CONF` (newer versions also `PYTORCH_ALLOC_CONF`)
+# once, when CUDA memory is first used, e.g.
+#
+# ```bash
+# PYTORCH_CUDA_ALLOC_CONF="max_split_size_mb:512,garbage_collection_threshold:0.6" python train.py
+# ```
+#
+# or at run time with `torch.cuda.memory._set_allocator_settings("...")`. This notebook takes the
+# three classic knobs one at a time, explains the c10 rule each one changes, and measures the
+# effect on a workload built to show it. (`expandable_segments` gets notebook 06.)
+#
+# A `gml.SimulatedGPU(..., alloc_conf="...")` takes the same string.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %%
+GiB, MiB, KiB = gml.GiB, gml.MiB, gml.KiB
+sim = gml.SimulatedGPU("8GiB", alloc_conf="max_split_size_mb:512,garbage_collection_threshold:0.6")
+print(sim.describe())
+settings = sim.snapshot()["allocator_settings"]
+print({k: settings[k] for k in ("max_split_size", "garbage_collection_threshold", "expandable_segments")})
+assert settings["max_split_size"] == 512 * MiB
+
+
+# %% [markdown]
+# ## 1. `max_split_size_mb`: don't carve up big cached blocks
+#
+# By default any cached block may be split for a smaller request (`should_split`). A big block
+# freed after a big tensor then gets nibbled by small tensors, and the next big tensor finds no
+# whole block left. With `max_split_size_mb:N`, blocks of N MiB or more are **oversize**:
+#
+# * `should_split` never splits them (for requests below N, `size < max_split_size` is false);
+# * `get_free_block` refuses to hand an oversize block to a request below N
+#   (`p.size() < max_split_size && block->size >= max_split_size` → no), and hands one to a big
+#   request only if it wastes less than `max_non_split_rounding_size` (20 MiB by default);
+# * on a failed `cudaMalloc`, `release_available_cached_blocks` first frees oversize cached
+#   blocks, before the full `release_cached_blocks`.
+#
+# The workload: a 1 GiB tensor dies, four 50 MiB tensors arrive, then 1 GiB is needed again,
+# on a 1.5 GiB card.
+
+# %%
+def big_then_small_then_big(conf):
+    card = gml.SimulatedGPU("1536MiB", alloc_conf=conf)
+    x = card.empty(GiB)
+    del x                                        # 1 GiB cached
+    smalls = [card.empty(50 * MiB) for _ in range(4)]
+    try:
+        y = card.empty(GiB)
+        outcome, live = "ok", smalls + [y]
+    except gml.OutOfMemoryError:
+        outcome, live = "OOM", smalls
+    return card, outcome, live                   # `live` keeps the tensors alive
+
+results = {}
+for conf in ("", "max_split_size_mb:512"):
+    card, outcome, live = big_then_small_then_big(conf)
+    s = card.memory_stats()
+    results[conf] = outcome
+    print(f"{conf or 'defaults'}: second 1 GiB -> {outcome}; cudaMalloc calls {s['num_device_alloc']}, "
+          f"oversize segments {s['oversize_segments.current']}, reserved {gml.format_size(card.memory_reserved())}")
+    print("\n".join(gml.text_blockmap(card, width=48).splitlines()[:-1]), "\n")
+    del live
+assert results == {"": "OOM", "max_split_size_mb:512": "ok"}
+
+
+# %% [markdown]
+# With the defaults, the 50 MiB tensors were cut out of the cached 1 GiB block (no `cudaMalloc`
+# at all), and the second 1 GiB request met a split segment that `empty_cache` cannot return.
+# With `max_split_size_mb:512` the small tensors got segments of their own, and the big block
+# waited, whole, for the big request. The price: more `cudaMalloc` calls and more reserved
+# memory for small tensors. `memory_stats()` counts the oversize blocks
+# (`oversize_allocations`, `oversize_segments`) so you can see the setting at work.
+#
+# Valid values: PyTorch 2.6 and older require more than 20; the newest accepts 20 or more.
+
+# %% [markdown]
+# ## 2. `garbage_collection_threshold`: release old cache before hitting the limit
+#
+# When a process caps its memory with `torch.cuda.set_per_process_memory_fraction(f)`, reserved
+# memory may not exceed `f × total`. When it would, `alloc_block` fails and the allocator falls
+# back to `release_cached_blocks`: synchronize **every** stream and free **every** whole cached
+# segment, then retry. That is slow, and it throws away blocks that were about to be reused.
+#
+# With `garbage_collection_threshold:t` (0 < t < 1), `garbage_collect_cached_blocks` runs before
+# `alloc_block` once reserved memory passes `t × allowed`: it frees whole cached large blocks
+# that have not been reused for a while (their age is counted in `get_free_block` calls,
+# `gc_count`), oldest first, without a device-wide sync, until reserved is below the threshold.
+# In this model, as in the newest PyTorch, it only acts under a memory fraction below 1.0.
+#
+# The workload: a loop whose tensors grow every step (think of a growing sequence length), on
+# an 8 GiB card limited to half.
+
+# %%
+def growing(conf, steps=30):
+    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    card.set_per_process_memory_fraction(0.5)
+    for step in range(steps):
+        size = (200 + 60 * step) * MiB
+        pair = [card.empty(size) for _ in range(2)]
+        del pair
+    return card
+
+runs = {}
+for conf in ("", "garbage_collection_threshold:0.6"):
+    card = growing(conf)
+    s = card.memory_stats()
+    runs[conf] = s
+    print(f"{conf or 'defaults':34}: OOM-path retries {s['num_alloc_retries']:2}, device-wide syncs "
+          f"{s['num_sync_all_streams']:2}, cudaFree {s['num_device_free']:2}, peak reserved "
+          f"{gml.format_size(card.max_memory_reserved())} (limit {gml.format_size(card.total_memory // 2)})")
+assert runs[""]["num_alloc_retries"] > 0
+assert runs["garbage_collection_threshold:0.6"]["num_alloc_retries"] == 0
+assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
+
+# %% [markdown]
+# Both runs free about as many segments; the difference is *how*. Without GC every release
+# came from the emergency path (a failed `cudaMalloc`, a synchronization of the whole device,
+# then a retry). With GC the old blocks left early and quietly.
+#
+# ## 3. `roundup_power2_divisions`: fewer distinct sizes, more reuse
+#
+# `round_size` normally rounds to 512 bytes, so a workload whose sizes vary a little every step
+# (variable sequence lengths, dynamic shapes) produces blocks that almost, but not quite, fit
+# the next request. With `roundup_power2_divisions:D` sizes above 512·D bytes are rounded up to
+# one of D equal steps between two powers of two (`roundup_power2_next_division`). Fewer
+# distinct sizes, so freed blocks fit later requests; the cost is rounding waste
+# (allocated − requested). It can also be set per size range, e.g.
+# `roundup_power2_divisions:[256:1,512:2,>:8]` (MiB bounds).
+
+# %%
+from gpumemlab.allocator import AllocatorConfig
+from gpumemlab.allocator.rounding import round_size
+
+confs = ["", "roundup_power2_divisions:2", "roundup_power2_divisions:4", "roundup_power2_divisions:8"]
+sizes = [1200, 700 * KiB, 5 * MiB + 1, 300 * MiB + 7, 1100 * MiB]
+print(f"{'request':>14} " + " ".join(f"{(c.split(':')[1] + ' div') if c else 'default':>12}" for c in confs))
+for n in sizes:
+    print(f"{n:>14,} " + " ".join(f"{gml.format_size(round_size(n, AllocatorConfig.parse(c))):>12}" for c in confs))
+cfg4 = AllocatorConfig.parse("roundup_power2_divisions:4")
+assert round_size(MiB + 1, cfg4) == 1310720 and round_size(1200, cfg4) == 1536
+
+# %% [markdown]
+# Note the first row: `round_size` applies the power-of-2 steps only to sizes above 512·D bytes,
+# so 1200 bytes keeps plain 512-byte rounding (1536, not the 1280 that 4 divisions would give).
+#
+# Now a workload with variable sizes: 300 tensors whose size follows a random sequence length
+# (seeded), with about six alive at any time.
+
+# %%
+import random
+
+def variable_lengths(conf, seed=0):
+    rng = random.Random(seed)
+    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    live = []
+    for _ in range(300):
+        seq_len = rng.randint(64, 2048)
+        live.append(card.empty(seq_len * 64 * KiB + rng.randint(0, 4095)))
+        if len(live) > 6:
+            live.pop(rng.randrange(len(live)))
+    return card
+
+cards = {}
+for conf in ("", "roundup_power2_divisions:4"):
+    card = cards[conf] = variable_lengths(conf)
+    s = card.memory_stats()
+    waste = s["allocated_bytes.all.peak"] - s["requested_bytes.all.peak"]
+    print(f"{conf or 'defaults':28}: peak reserved {gml.format_size(card.max_memory_reserved()):>11}, "
+          f"segments {s['segment.all.current']:3}, cudaMalloc {s['num_device_alloc']:3}, "
+          f"peak allocated - peak requested {gml.format_size(max(waste, 0))}")
+assert cards["roundup_power2_divisions:4"].max_memory_reserved() < cards[""].max_memory_reserved()
+
+# %%
+fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
+                   labels=["defaults", "roundup_power2_divisions:4"])
+fig
+
+# %% [markdown]
+# Rounding trades a little internal waste for much less fragmentation here. It is not free:
+# with few distinct sizes to begin with (a fixed batch shape) it only adds waste.
+#
+# ## Choosing
+#
+# | symptom in `memory_stats()` / the block map | try |
+# |---|---|
+# | large *reserved but unallocated*, big cached blocks split by small tensors | `max_split_size_mb` |
+# | many `num_alloc_retries` under a memory fraction | `garbage_collection_threshold` |
+# | many segments of almost equal sizes (dynamic shapes) | `roundup_power2_divisions` |
+# | fragmentation of any kind, recent PyTorch | `expandable_segments:True` (notebook 06) |
+#
+# Settings interact; always measure on your own workload. Notebook 09 shows how to replay a
+# recorded run under each setting instead of re-running the training.
+
+# %%
+gml.quiz("05")

@@ -1,0 +1,224 @@
+# %% [markdown]
+# # 07 · Activations: batch size, sequence length and checkpointing
+#
+# In training, the largest and most changeable part of GPU memory is usually not the weights but
+# the **activations**: the intermediate results the forward pass keeps so that the backward pass
+# can compute gradients. They grow with the batch size and the sequence length (attention
+# scores even with its square), and they come and go every step in many different sizes, which
+# is exactly what fragments a cache.
+#
+# This notebook runs a real (small) transformer in torch **on the CPU**, records every tensor
+# storage it creates and frees with `gml.capture`, and replays that recording on a simulated GPU
+# through the caching-allocator model. So a laptop shows what the step would do to a GPU's
+# memory. Then it measures the two standard remedies: a **smaller batch**, and **activation
+# checkpointing** (`torch.utils.checkpoint`: keep only each block's input, recompute the rest
+# during backward).
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+import torch
+torch.set_num_threads(1)   # small CPU ops run faster on one thread on a busy machine
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## The model
+#
+# A decoder-style language model: embedding, four blocks of attention and MLP with layer norms,
+# an output head. `ckpt=True` wraps each block in `torch.utils.checkpoint.checkpoint(...,
+# use_reentrant=False)`. The weights are random and seeded: memory does not depend on what the
+# model has learned.
+
+# %%
+from torch import nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+VOCAB, D_MODEL, HEADS, LAYERS = 1000, 128, 4, 4
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
+        self.attn = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(D_MODEL, 4 * D_MODEL), nn.GELU(), nn.Linear(4 * D_MODEL, D_MODEL))
+
+    def forward(self, x):
+        h = self.ln1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.ln2(x))
+
+class TinyLM(nn.Module):
+    def __init__(self, ckpt=False):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, D_MODEL)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.head = nn.Linear(D_MODEL, VOCAB)
+        self.ckpt = ckpt
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False) if self.ckpt else block(x)
+        return self.head(x)
+
+def record_step(batch, seq=64, ckpt=False):
+    """One training step (forward, loss, backward, Adam step) recorded with gml.capture."""
+    torch.manual_seed(0)
+    model = TinyLM(ckpt)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, VOCAB, (batch, seq + 1))
+    with gml.capture(model, opt, frames=False) as rec:
+        logits = model(tokens[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        del logits, loss
+    return rec
+
+rec = record_step(batch=8)
+print(rec)
+for category, nbytes in rec.bytes_by_category().items():
+    print(f"  {category:16} {gml.format_size(nbytes):>12} allocated over the step")
+
+# %% [markdown]
+# The capture sorts every storage into the categories of PyTorch's memory profiler: parameters,
+# gradients, optimizer state (Adam's two moments, created on the first step), activations (kept
+# from forward for backward) and temporaries (dead within the phase that made them).
+#
+# ## Replay the step on a simulated GPU
+#
+# `gml.replay(rec)` runs the recorded allocations and frees, in order, through the allocator
+# model: the same rounding, pools, segments and best-fit as on a real card. `peak_allocated` is
+# what live tensors needed at most; `peak_reserved` is what the cache held from the driver.
+
+# %%
+result = gml.replay(rec)
+print(result)
+print(f"peak live storages (capture, no rounding): {gml.format_size(rec.peak_live_bytes())}")
+print(f"peak allocated (replay, after round_size):  {gml.format_size(result.peak_allocated)}")
+print(f"peak reserved (replay, segments):           {gml.format_size(result.peak_reserved)}")
+assert result.oom is None
+assert result.peak_allocated >= rec.peak_live_bytes() and result.peak_reserved >= result.peak_allocated
+
+# %% [markdown]
+# ## Batch size and checkpointing
+#
+# Now the same step for batches of 8, 16 and 32, with and without checkpointing.
+
+# %%
+rows = {}
+for batch in (8, 16, 32):
+    for ckpt in (False, True):
+        r = record_step(batch, ckpt=ckpt)
+        res = gml.replay(r)
+        rows[batch, ckpt] = (r, res)
+        print(f"batch {batch:3}, checkpointing {'on ' if ckpt else 'off'}: activations kept "
+              f"{gml.format_size(r.bytes_by_category()['activation']):>11}, peak allocated "
+              f"{gml.format_size(res.peak_allocated):>11}, peak reserved {gml.format_size(res.peak_reserved):>11}")
+peak = {k: v[1].peak_allocated for k, v in rows.items()}
+assert peak[8, False] < peak[16, False] < peak[32, False]          # activations grow with the batch
+assert all(peak[b, True] < peak[b, False] for b in (8, 16, 32))    # checkpointing keeps less
+
+# %% [markdown]
+# Without checkpointing the activation memory, and with it the peak, grows in proportion to the
+# batch. With checkpointing only each block's input is kept; the block's internals are
+# recomputed in backward, one block at a time. The cost is compute: the forward pass of every
+# block runs twice (typically about a third more time per step), which is the trade the
+# category table shows as far more *temporary* bytes.
+
+# %%
+for batch in (8, 32):
+    off, on = rows[batch, False][0].bytes_by_category(), rows[batch, True][0].bytes_by_category()
+    print(f"batch {batch}: temporaries {gml.format_size(off['temporary'])} -> {gml.format_size(on['temporary'])} "
+          f"(recomputation), activations {gml.format_size(off['activation'])} -> {gml.format_size(on['activation'])}")
+
+# %%
+fig = gml.timeline([rows[32, False][1], rows[32, True][1]], labels=["batch 32", "batch 32, checkpointing"])
+fig
+
+# %% [markdown]
+# ## Sequence length
+#
+# Attention materializes a score matrix per head of size sequence × sequence, so doubling the
+# sequence length more than doubles those activations.
+
+# %%
+for seq in (32, 64, 128):
+    res = gml.replay(record_step(8, seq=seq))
+    print(f"batch 8, sequence {seq:4}: peak allocated {gml.format_size(res.peak_allocated):>11}")
+
+# %% [markdown]
+# ## A card that is too small
+#
+# Pick a simulated card between the two batch-32 peaks (computed from them, not chosen by hand)
+# and replay both recordings on it. Without checkpointing the step runs out of memory; with it
+# the step fits. Then find the largest batch that fits on that card each way.
+
+# %%
+off, on = rows[32, False][1], rows[32, True][1]
+card = (off.peak_reserved + on.peak_reserved) // 2 // (2 * gml.MiB) * (2 * gml.MiB)
+tight_off = gml.replay(rows[32, False][0], total_memory=card)
+tight_on = gml.replay(rows[32, True][0], total_memory=card)
+print(f"card of {gml.format_size(card)}:")
+print(f"  batch 32, no checkpointing: {'OOM: ' + tight_off.oom['message'].split('. If')[0] if tight_off.oom else 'fits'}")
+print(f"  batch 32, checkpointing:    {'OOM' if tight_on.oom else 'fits'}")
+assert tight_off.oom is not None and tight_on.oom is None
+
+
+# %%
+def largest_batch(ckpt, card, batches=(8, 16, 24, 32, 48, 64)):
+    best = None
+    for b in batches:
+        if gml.replay(record_step(b, ckpt=ckpt), total_memory=card).oom is None:
+            best = b
+        else:
+            break
+    return best
+
+fit_off, fit_on = largest_batch(False, card), largest_batch(True, card)
+print(f"largest batch on {gml.format_size(card)}: {fit_off} without checkpointing, {fit_on} with it")
+assert fit_on > fit_off
+
+# %% [markdown]
+# ## Offload and recompute
+#
+# Checkpointing is one of two ways to stop keeping activations on the GPU:
+#
+# * **recompute** (checkpointing): throw them away, compute them again in backward;
+#   costs FLOPs, saves memory, as measured above;
+# * **offload**: copy them to CPU memory after forward and back before backward
+#   (`torch.autograd.graph.save_on_cpu(pin_memory=True)`, or the offloading of optimizer
+#   state and weights in DeepSpeed ZeRO-Offload / FSDP CPU offload); costs PCIe bandwidth,
+#   saves GPU memory without extra compute.
+#
+# An upper bound on what offloading the saved activations could save is in the recording: the
+# bytes the capture classed as activations. Frameworks increasingly couple these decisions with
+# the allocator, choosing per tensor whether to keep, offload or recompute.
+
+# %%
+r32, res32 = rows[32, False]
+act = r32.bytes_by_category()["activation"]
+print(f"batch 32: activations kept for backward {gml.format_size(act)} "
+      f"of a {gml.format_size(res32.peak_allocated)} peak ({100 * act / res32.peak_allocated:.0f}%)")
+
+# %% [markdown]
+# ## On a real GPU
+#
+# The recording above is device-independent. On a CUDA machine, run the model on the GPU inside
+# `torch.cuda.memory._record_memory_history()` and compare `torch.cuda.max_memory_allocated()`
+# with the replay's `peak_allocated`; the figures differ only by what the capture cannot see
+# (kernel workspaces, cuBLAS handles) and by the CUDA kernels' own choices of intermediate
+# tensors, which are not always the CPU kernels' choices.
+
+# %%
+gml.quiz("07")

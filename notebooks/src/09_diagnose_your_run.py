@@ -1,0 +1,239 @@
+# %% [markdown]
+# # 09 · Diagnose your own run
+#
+# A training or serving job died with `CUDA out of memory`, and the numbers in the message say
+# that memory was free. This notebook is the workflow for that moment:
+#
+# 1. **record** the run's memory history and **dump** a snapshot when it fails;
+# 2. **load** the snapshot and read the evidence (notebook 03) at the moment of the failure;
+# 3. **find the culprit**: fragmentation or plain exhaustion? which tensors, which segments?
+# 4. **replay** the recorded trace on the simulated allocator, first as recorded (does the model
+#    reproduce the failure?), then under candidate fixes: `expandable_segments`,
+#    `max_split_size_mb`, `garbage_collection_threshold`, a bigger card;
+# 5. apply the fix that works, and record again.
+#
+# Replay is what makes step 4 cheap: no GPU, no re-running the training, seconds per what-if.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+
+# %% [markdown]
+# ## 1. Recording a real run
+#
+# In the training script (PyTorch 2.1 or newer):
+#
+# ```python
+# import torch
+# torch.cuda.memory._record_memory_history(max_entries=200_000)
+# try:
+#     train()
+# except torch.OutOfMemoryError:
+#     torch.cuda.memory._dump_snapshot("oom_snapshot.pickle")
+#     raise
+# ```
+#
+# Put the path of such a file below. Without one, the notebook uses the recording the kit ships
+# in `tests/fixtures/snapshots/` (a seeded fragmentation OOM on a simulated 4 GiB card), or makes
+# the same recording on the spot if the file is missing.
+
+# %%
+import pathlib, tempfile
+SNAPSHOT = None            # e.g. "oom_snapshot.pickle" from your own run
+
+def default_snapshot():
+    shipped = pathlib.Path.cwd().parent / "tests" / "fixtures" / "snapshots" / "sim_fragmentation_oom.pickle"
+    if shipped.exists():
+        return shipped
+    card = gml.SimulatedGPU("4GiB", alloc_conf="")
+    rec = gml.scenarios.fragmentation_oom(card, release=False)
+    return gml.dump_snapshot(rec.snapshot, pathlib.Path(tempfile.mkdtemp()) / "sim_fragmentation_oom.pickle")
+
+path = pathlib.Path(SNAPSHOT) if SNAPSHOT else default_snapshot()
+snap = gml.load_snapshot(path)
+trace = snap["device_traces"][0] if snap["device_traces"] else []
+print(f"{path.name}: {len(snap['segments'])} segments, {len(trace)} trace entries, "
+      f"recorded with settings {snap['allocator_settings'].get('PYTORCH_CUDA_ALLOC_CONF') or 'defaults'!r}")
+
+# %% [markdown]
+# ## 2. Read the evidence
+#
+# A small helper puts notebook 03's readings in one report. A snapshot dumped after the failure
+# may show a later state (the program freed things on the way out), so the helper rebuilds the
+# allocator state at the last `oom` event from the trace (`gpumemlab.viz.History`, the engine
+# behind the player), takes the fragmentation figures there, and gives the verdict they point to. The test is the one
+# PyTorch's own OOM message suggests: if memory that is *reserved but unallocated* plus what the
+# driver still had would have held the request, but no single free block could, the cause is
+# fragmentation; otherwise the run simply needed more memory than the card has.
+
+# %%
+from gpumemlab.viz import History
+
+def state_at_oom(snapshot):
+    # the allocator state right after the last OOM event, rebuilt from the trace, and that event
+    history = History(snapshot)
+    ks = [i for i, e in enumerate(history.events) if e["action"] == "oom"]
+    if not ks:
+        return snapshot, None
+    history.goto(ks[-1])
+    return history.snapshot(), history.events[ks[-1]]
+
+def diagnose(snapshot, total_memory=None):
+    state, oom = state_at_oom(snapshot)
+    m = gml.fragmentation(state, total_memory=total_memory)
+    print(f"{'at the OOM' if oom else 'final state'}: reserved {m.formatted('reserved_bytes')}, allocated {m.formatted('allocated_bytes')}, "
+          f"free cached {m.formatted('free_bytes')} in {m['free_blocks']} blocks "
+          f"(largest {m.formatted('largest_free_block_bytes')}, non-releasable {m.formatted('non_releasable_bytes')})")
+    if oom is None:
+        print("no OOM in the recorded trace")
+        return None
+    request, driver_free = oom["size"], oom["device_free"]
+    free_total = m["free_bytes"] + driver_free
+    fragmented = free_total >= request > max(m["largest_free_block_bytes"], driver_free)
+    print(f"OOM: request {gml.format_size(request)}, driver free {gml.format_size(driver_free)}, "
+          f"cached free {m.formatted('free_bytes')} -> {gml.format_size(free_total)} free in total")
+    print("verdict:", "FRAGMENTATION: enough free memory in total, no piece large enough"
+          if fragmented else "EXHAUSTION: the live tensors alone do not leave room")
+    return {"request": request, "fragmented": fragmented, "metrics": m}
+
+found = diagnose(snap)
+assert found is not None and found["fragmented"]
+
+# %%
+fig = gml.show(snap, request=found["request"], title=f"{path.name}: final state")
+print(fig.gml_blockmap["request_text"])
+fig
+
+
+# %% [markdown]
+# ## 3. Find the culprit
+#
+# Which blocks pin the fragmented segments? For each segment: how much is free inside it, and
+# which live blocks (with the code that allocated them, from `frames`) keep it from merging or
+# being released. Then the last events before the failure, as text.
+
+# %%
+def culprits(snapshot, top=3):
+    segs = sorted(snapshot["segments"], key=lambda s: -(s["total_size"] - s["allocated_size"]))
+    for seg in segs[:top]:
+        free = seg["total_size"] - seg["allocated_size"]
+        live = [b for b in seg["blocks"] if b["state"] == "active_allocated"]
+        print(f"segment at {seg['address']:#x}: {gml.format_size(seg['total_size'])}, "
+              f"{gml.format_size(free)} free in {sum(b['state'] == 'inactive' for b in seg['blocks'])} holes, "
+              f"pinned by {len(live)} live blocks")
+        for b in live[:4]:
+            where = next((f"{pathlib.Path(f['filename']).name}:{f['line']} in {f['name']}" for f in b["frames"]), "no frames recorded")
+            print(f"    {gml.format_size(b['size']):>12} at +{gml.format_size(b['address'] - seg['address'])}  ({where})")
+
+culprits(snap)
+print()
+print("\n".join(gml.text_trace(snap).splitlines()[-12:]))
+
+# %% [markdown]
+# ## 4. Replay: as recorded, then under fixes
+#
+# `gml.replay(path)` first runs the trace **faithfully**: every recorded `segment_alloc` dictates
+# the address of the model's next `cudaMalloc`, and every allocation is checked against the
+# recorded address. Zero mismatches and the same OOM mean the model reproduced the run, so its
+# what-ifs are worth trusting. The card's capacity is taken from the moment of the OOM
+# (reserved + driver free).
+
+# %%
+faithful = gml.replay(path)
+print(faithful)
+print(f"reproduced: {faithful.reproduced}; capacity {gml.format_size(faithful.total_memory)}; "
+      f"OOM at entry {faithful.oom['index'] if faithful.oom else None}")
+assert faithful.reproduced and faithful.oom is not None
+
+# %% [markdown]
+# Now the same allocations and frees under other settings, on the same card. (Each what-if starts
+# from the tensors that were live when recording began; the cache is rebuilt by the new rules.)
+
+# %%
+fixes = ["", "expandable_segments:True", "max_split_size_mb:512", "max_split_size_mb:128",
+         "garbage_collection_threshold:0.8", "roundup_power2_divisions:4"]
+whatif = {}
+print(f"{'PYTORCH_CUDA_ALLOC_CONF':36}{'outcome':>10}{'peak reserved':>16}{'peak allocated':>16}")
+for conf in fixes:
+    r = whatif[conf] = gml.replay(path, alloc_conf=conf, total_memory=faithful.total_memory)
+    outcome = "OOM" if r.oom else "ok"
+    print(f"{conf or '(defaults)':36}{outcome:>10}{gml.format_size(r.peak_reserved):>16}{gml.format_size(r.peak_allocated):>16}")
+assert whatif[""].oom is not None
+assert whatif["expandable_segments:True"].oom is None
+
+# %% [markdown]
+# `garbage_collection_threshold` does nothing here: it only acts under a per-process memory
+# fraction (notebook 05), which the recording did not use. `roundup_power2_divisions` does not
+# help because the sizes were already uniform. The two fixes that work attack the cause the
+# diagnosis named: `expandable_segments` lets the free pages of the holes be unmapped and reused,
+# and `max_split_size_mb` stops the big cached block from being carved into pieces in the first
+# place. And a bigger card?
+
+# %%
+bigger = gml.replay(path, alloc_conf="", total_memory=faithful.total_memory * 2)
+print(f"defaults on a card of {gml.format_size(bigger.total_memory)}: {'OOM' if bigger.oom else 'ok'}, "
+      f"peak reserved {gml.format_size(bigger.peak_reserved)}")
+
+# %%
+fig = gml.timeline([whatif[""], whatif["expandable_segments:True"], whatif["max_split_size_mb:512"]],
+                   labels=["defaults", "expandable_segments:True", "max_split_size_mb:512"])
+fig
+
+# %% [markdown]
+# Step through the recorded run to the failure with the player (drag the slider in JupyterLab;
+# here the code jumps to the OOM event):
+
+# %%
+p = gml.player(snap, request=found["request"])
+k = max(i for i, e in enumerate(p.history.events) if e["action"] == "oom")
+p.goto(k)
+print(p.description())
+p
+
+# %% [markdown]
+# ## 5. Your own run on this notebook's device
+#
+# The same workflow on `gpu`, the device of the first cell (a real GPU inside its budget, or the
+# simulated card): run a seeded training-like workload that grows its batch until it fails, dump
+# the snapshot, and diagnose it with the functions above. On a real GPU this is a real
+# recording of PyTorch's allocator.
+
+# %%
+rec = gml.scenarios.batch_growth(gpu, release=False)
+print(rec)
+own = gml.dump_snapshot(rec.snapshot, pathlib.Path(tempfile.mkdtemp()) / "my_run.pickle")
+mine = diagnose(gml.load_snapshot(own))
+if mine is not None:
+    for conf in ("", "expandable_segments:True"):
+        r = gml.replay(own, alloc_conf=conf)
+        print(f"replay {conf or '(defaults)':26}: {'OOM' if r.oom else 'ok'}, peak reserved {gml.format_size(r.peak_reserved)}")
+rec.held.clear()
+
+# %% [markdown]
+# The growing-batch run typically ends in **exhaustion**, not fragmentation: the live
+# activations of the last batch do not fit, and no allocator setting changes that. Its fixes are
+# the ones of notebook 07: a smaller batch, activation checkpointing, offloading. Telling the two
+# cases apart before changing settings is the point of the diagnosis.
+#
+# ## Checklist
+#
+# * Message says a lot is *reserved but unallocated*? Fragmentation: try
+#   `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` first, then `max_split_size_mb`.
+# * Allocated close to capacity? Exhaustion: batch size, checkpointing, mixed precision,
+#   offload; for inference KV caches, paging (notebook 08).
+# * Other processes on the card (`nvidia-smi`)? `empty_cache()` in the *other* process, or a
+#   memory fraction for each.
+# * Always verify with a replay (`gml.replay`, or `gpumemlab replay FILE --alloc-conf ...` from
+#   a terminal) before paying for another run.
+
+# %%
+gml.quiz("09")

@@ -1,1 +1,0 @@
-"""Cell sources of the curriculum notebooks, one module per notebook (see build_notebooks.py)."""
