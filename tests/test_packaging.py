@@ -1,8 +1,16 @@
-"""environment.yml installs the package from pyproject.toml (so the two never drift), and the
-README's two commands are the ones the kit and CI use."""
+"""environment.yml installs the package from pyproject.toml (so the two never drift), the
+README's two commands are the ones the kit and CI use, and a wheel built from the checkout works
+on its own (quiz banks and command line included)."""
+import os
 import pathlib
 import re
+import shutil
+import site
+import subprocess
+import sys
+import zipfile
 
+import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -36,3 +44,95 @@ def test_ci_runs_the_readme_test_command():
     assert "./kit test" in readme and "./kit lab" in readme
     assert "./kit test" in ci
     assert "set -euo pipefail" in ci
+
+
+# Files a wheel is built from (as in a clean clone); copied so the build's build/ and egg-info
+# never land in the checkout.
+_BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "gpumemlab", "quizzes")
+
+
+def _run(cmd, **kw):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, **kw)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _copy_checkout(dest):
+    dest.mkdir()
+    for name in _BUILD_INPUTS:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, dest / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        else:
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def _fresh_venv(where, *install_args):
+    """A new venv holding only what ``install_args`` installs (with this interpreter's pip, before
+    any other site-packages are visible); then a .pth lends it this environment's torch & co."""
+    _run([sys.executable, "-m", "venv", "--without-pip", str(where)])
+    vpy = where / "bin" / "python"
+    _run([sys.executable, "-m", "pip", "--python", str(vpy), "install", "--no-deps", "--no-index",
+          "--no-build-isolation", "-q", *install_args])
+    vsite = pathlib.Path(_run([str(vpy), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).strip())
+    (vsite / "zz_borrowed_deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return vpy, vsite
+
+
+def _outside_env(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GPUMEMLAB_QUIZZES")}
+    env.update(GPUMEMLAB_HEADLESS="1", MPLBACKEND="Agg", HOME=str(tmp_path))
+    return elsewhere, env
+
+
+_QUIZ_02 = ("import gpumemlab as gml, gpumemlab.quizkit.bank as b; "
+            "print(gml.__file__); print(b.quizzes_dir()); gml.quiz('02')")
+
+
+@pytest.mark.slow
+def test_a_wheel_installed_outside_the_checkout_has_the_quizzes_and_the_cli(tmp_path):
+    src = _copy_checkout(tmp_path / "src")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+          "-q", "-w", str(tmp_path / "dist"), str(src)])
+    wheel, = (tmp_path / "dist").glob("gpumemlab-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        banks = sorted(n for n in zf.namelist() if n.startswith("gpumemlab/quizkit/banks/"))
+    assert [n.rsplit("/", 1)[1] for n in banks] == sorted(p.name for p in (ROOT / "quizzes").glob("*.yaml"))
+
+    vpy, vsite = _fresh_venv(tmp_path / "venv", str(wheel))
+    elsewhere, env = _outside_env(tmp_path)
+    out = _run([str(vpy), "-c", _QUIZ_02], cwd=elsewhere, env=env)
+    module_file, banks_dir = out.splitlines()[:2]
+    assert module_file.startswith(str(vsite)), module_file      # the installed copy, not the checkout
+    assert pathlib.Path(banks_dir) == vsite / "gpumemlab" / "quizkit" / "banks"
+    assert "Quiz 02:" in out and "02.1" in out
+    cli = vpy.parent / "gpumemlab"
+    assert "assign" in _run([str(cli), "--help"], cwd=elsewhere, env=env)
+    assert "usage: gpumemlab assign" in _run([str(cli), "assign", "--help"], cwd=elsewhere, env=env)
+
+
+@pytest.mark.slow
+def test_an_editable_install_reads_the_checkouts_quizzes(tmp_path):
+    src = _copy_checkout(tmp_path / "src")
+    # pip install -e, as ./kit runs it, in two steps: the backend builds the editable wheel here
+    # (the fresh venv has no setuptools), then it goes into the venv.
+    _run([sys.executable, "-c", "import sys, setuptools.build_meta as b; b.build_editable(sys.argv[1])",
+          str(tmp_path / "dist")], cwd=src)
+    wheel, = (tmp_path / "dist").glob("gpumemlab-*.whl")
+    vpy, _ = _fresh_venv(tmp_path / "venv", str(wheel))
+    elsewhere, env = _outside_env(tmp_path)
+    out = _run([str(vpy), "-c", _QUIZ_02], cwd=elsewhere, env=env)
+    module_file, banks_dir = out.splitlines()[:2]
+    assert module_file == str(src / "gpumemlab" / "__init__.py")
+    assert pathlib.Path(banks_dir) == src / "quizzes"
+    assert "Quiz 02:" in out
+
+
+def test_the_checkout_reads_the_top_level_quizzes():
+    from gpumemlab.quizkit.bank import quizzes_dir
+    if os.environ.get("GPUMEMLAB_QUIZZES"):
+        pytest.skip("GPUMEMLAB_QUIZZES overrides the search")
+    assert quizzes_dir() == ROOT / "quizzes"
