@@ -130,9 +130,3 @@ def test_an_editable_install_reads_the_checkouts_quizzes(tmp_path):
     assert pathlib.Path(banks_dir) == src / "quizzes"
     assert "Quiz 02:" in out
 
-
-def test_the_checkout_reads_the_top_level_quizzes():
-    from gpumemlab.quizkit.bank import quizzes_dir
-    if os.environ.get("GPUMEMLAB_QUIZZES"):
-        pytest.skip("GPUMEMLAB_QUIZZES overrides the search")
-    assert quizzes_dir() == ROOT / "quizzes"

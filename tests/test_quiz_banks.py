@@ -23,6 +23,20 @@ def test_the_loader_finds_the_banks_and_honours_the_env_override(monkeypatch, tm
         load_bank("02")
 
 
+def test_a_bank_is_parsed_again_only_when_its_file_changes(tmp_path):
+    src = (ROOT / "quizzes" / "02_fragmentation.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "02_fragmentation.yaml"
+    path.write_text(src, encoding="utf-8")
+    first = load_bank("02", tmp_path)
+    assert load_bank("02", tmp_path) is first           # unchanged file: the parsed bank is kept
+    path.write_text(src.replace(f"title: {first.title}", "title: A retitled bank"), encoding="utf-8")
+    again = load_bank("02", tmp_path)
+    assert again is not first and again.title == "A retitled bank"
+    path.write_text("notebook: [", encoding="utf-8")
+    with pytest.raises(BankError, match="not valid YAML"):
+        load_bank("02", tmp_path)
+
+
 def test_every_faq_question_of_the_article_is_asked():
     faq = " ".join(q.prompt.lower() for b in BANKS for q in b.questions if q.faq)
     for needle in ("what is \"gpu memory management and fragmentation\"",

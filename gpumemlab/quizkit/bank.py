@@ -172,10 +172,29 @@ def load_bank(notebook, root: Path | None = None) -> Bank:
     return load_bank_file(bank_path(notebook_key(notebook), root))
 
 
+# Parsed banks by resolved path, each with the file's (inode, mtime_ns, size) when parsed: a bank
+# is parsed again only when its file changed (an edit, or an atomic replace: a new inode).
+_PARSED: dict = {}
+
+
 def load_bank_file(path) -> Bank:
+    path = Path(path)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise BankError(f"{path.name}: cannot read: {exc.strerror}") from None
+    key, stamp = path.resolve(), (st.st_ino, st.st_mtime_ns, st.st_size)
+    cached = _PARSED.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    bank = _parse_file(path)
+    _PARSED[key] = (stamp, bank)
+    return bank
+
+
+def _parse_file(path: Path) -> Bank:
     import yaml  # lazy: PyYAML is only needed once a quiz is opened
 
-    path = Path(path)
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:

@@ -5,8 +5,9 @@
     gml.quiz.summary()              # progress over every notebook, from the local progress file
     gml.quiz.assert_correct("02.3", answer)   # for graded test cells: raises AssertionError
 
-Banks are re-read only when their file changes; progress is re-read on every call, so two
-notebooks open at once do not overwrite each other's attempts.
+Banks are parsed again only when their file changes (``bank.load_bank_file`` keeps the parsed
+bank with the file's inode, mtime and size); progress is re-read on every call, so two notebooks
+open at once do not overwrite each other's attempts.
 """
 from __future__ import annotations
 
@@ -20,14 +21,10 @@ from .progress import Progress
 class Quiz:
     def __init__(self, progress_path=None):
         self._progress_path = progress_path
-        self._banks = {}
 
     # -- lookup --
     def bank(self, notebook):
-        key = notebook_key(notebook)
-        bank = load_bank(key)
-        self._banks[key] = bank
-        return bank
+        return load_bank(notebook_key(notebook))
 
     def question_obj(self, question_id: str):
         if not isinstance(question_id, str) or "." not in question_id:
