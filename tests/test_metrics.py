@@ -105,11 +105,13 @@ def test_bad_input_is_named():
         fragmentation(3.5)
     with pytest.raises(ValueError, match="segments"):
         fragmentation({"device_traces": []})
-    with pytest.raises(ValueError, match="lacks key"):
-        fragmentation({"segments": [{"address": 0, "blocks": []}]})
+    with pytest.raises(ValueError, match="segment 0: missing 'blocks'"):
+        fragmentation({"segments": [{"address": 0}]})
+    with pytest.raises(ValueError, match="segment 0, block 0: missing 'state'"):
+        fragmentation({"segments": [{"address": 0, "blocks": [{"size": 512}]}]})
     bad = fragmented()
     bad["segments"][0]["total_size"] += 512
-    with pytest.raises(ValueError, match="does not add up"):
+    with pytest.raises(ValueError, match="add up"):
         fragmentation(bad)
     with pytest.raises(ValueError):
         fragmentation(fragmented(), total_memory="12 parsecs")

@@ -181,3 +181,19 @@ def test_request_verdict_under_expandable_segments_speaks_of_pages():
     snap = snapshot()  # its settings say expandable_segments=True
     text = gml.show(snap, request=300 * MiB).gml_blockmap["request_text"]
     assert "expandable segment would map up to 300.00 MiB of new 20.00 MiB pages" in text
+
+
+def test_a_raw_dict_is_normalised_before_it_is_drawn():
+    """gml.show reads through the same entry as replay: a dict in an older layout (no totals,
+    no block addresses, the docstring's 'active_awaiting_free') draws like its normalised form."""
+    from gpumemlab.recordings.files import normalize_snapshot
+    raw = {"segments": [{"address": 1 << 32, "blocks": [
+        {"size": 2 * 2**20, "state": "active_awaiting_free"},
+        {"size": 18 * 2**20, "state": "inactive"}]}]}
+    normalised, _notes = normalize_snapshot(raw)
+    drawn, expected = gml.show(raw), gml.show(normalised)
+    assert drawn.gml_blockmap == expected.gml_blockmap
+    assert drawn.texts[0].get_text() == expected.texts[0].get_text()
+    assert "reserved 20.00 MiB, allocated 0 bytes in 1 segments" in drawn.texts[0].get_text()
+    assert gml.text_blockmap(raw) == gml.text_blockmap(normalised)
+    assert "address" not in raw["segments"][0]["blocks"][0]      # the input is left alone

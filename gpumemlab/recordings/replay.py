@@ -26,16 +26,17 @@ private pools, and a memory fraction set with ``set_per_process_memory_fraction`
 """
 from __future__ import annotations
 
-import os
 import time
 
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
+from gpumemlab.units import parse_size
+
 from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
 from .replay_result import ReplayError, ReplayResult, Timeline
 from .replay_start import build_start_state, scan_start_state
-from .files import load_snapshot, normalize_snapshot
+from .source import read_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
 
@@ -65,18 +66,12 @@ def _source(source, device):
     """-> (trace entries, final segments of that device, snapshot or None, name, device)."""
     if getattr(source, "is_capture", False):  # a gpumemlab.recordings.capture.Capture
         return source.trace, [], None, "capture", 0 if device is None else device
-    if isinstance(source, (str, os.PathLike)):
-        snap = load_snapshot(source)
-        name = os.fspath(source)
-    elif isinstance(source, (dict, list)):
-        snap, _notes = normalize_snapshot(source, source="replay source")
-        name = "snapshot"
-    elif callable(getattr(source, "snapshot", None)):
-        snap, _notes = normalize_snapshot(source.snapshot(), source="replay source")
-        name = type(source).__name__
-    else:
+    try:
+        read = read_snapshot(source)
+    except TypeError:
         raise ReplayError(f"replay needs a snapshot (dict or file) or a capture, "
-                          f"not {type(source).__name__}")
+                          f"not {type(source).__name__}") from None
+    snap, name = read.snapshot, read.name or "snapshot"
     traces = snap["device_traces"]
     if device is None:
         device = next((d for d, t in enumerate(traces) if t), None)
@@ -129,6 +124,11 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         stop_on_oom: stop at the first allocation that runs out of memory.
         progress: called as ``progress(done, total)`` every 65536 entries.
     """
+    if gpu is not None and (alloc_conf is not None or total_memory is not None):
+        given = "alloc_conf" if alloc_conf is not None else "total_memory"
+        raise ReplayError(f"replay(gpu=...) runs on that gpu's own settings and capacity, so "
+                          f"{given}= would be ignored: pass one or the other (make the gpu with "
+                          f"SimulatedGPU(total_memory, alloc_conf=...) instead)")
     trace, segments, snap, name, device = _source(source, device)
     is_capture = snap is None
     recorded_conf = "" if is_capture else recorded_alloc_conf(snap)
@@ -169,7 +169,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     stats = alloc.stats
     return ReplayResult(
         source=name, alloc_conf=conf, recorded_alloc_conf=recorded_conf,
-        total_memory=capacity, faithful=faithful, allocator=alloc, _snapshot=None,
+        total_memory=capacity, faithful=faithful, allocator=alloc,
         timeline=run["timeline"], peak_reserved=stats.reserved_bytes[0].peak,
         peak_allocated=stats.allocated_bytes[0].peak, oom=run["oom"],
         allocations=run["allocations"],
@@ -184,7 +184,6 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
 
 def _capacity(total_memory, trace, segments):
     if total_memory is not None:
-        from gpumemlab.units import parse_size
         return parse_size(total_memory, name="total_memory")
     # an OOM in the recording tells the device size: reserved then + what the driver had free
     for e in trace:

@@ -1,31 +1,26 @@
-"""What the views accept, turned into one thing: a snapshot dict in PyTorch's ``_snapshot()`` format.
+"""What the views accept, turned into one thing: a normalised snapshot in PyTorch's ``_snapshot()`` format.
 
 A learner may hand a view a snapshot dict (simulated, or a real one loaded from
-``torch.cuda.memory._dump_snapshot``), the bare segment list of ``memory_snapshot()``, a device
-(anything with a ``.snapshot()`` method), or a replay result (a ``.snapshot`` attribute holding a
-dict). ``read_source`` accepts all of them and keeps what the snapshot alone cannot say: the
-device's name and capacity. Nothing here imports matplotlib.
+``torch.cuda.memory._dump_snapshot``), the bare segment list of ``memory_snapshot()``, a snapshot
+file, a device (anything with a ``.snapshot()`` method), or a replay result (a ``.snapshot``
+attribute holding a dict). ``read_source`` hands each to the recordings' one normalising entry
+(``gpumemlab.recordings.source.read_snapshot``, the same one replay uses) and keeps what the
+snapshot alone cannot say: the device's name and capacity, and the size rules of its settings.
+Nothing here imports matplotlib.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from gpumemlab.recordings.source import Snapshot, read_snapshot
+from gpumemlab.units import format_size, parse_size
 
 from .size_rules import Rules
 
-_SEGMENT_KEYS = ("address", "total_size", "blocks")
-_BLOCK_KEYS = ("size", "state")
-BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
-
 
 @dataclass
-class Source:
-    """A snapshot plus what is known about the device it came from."""
-
-    snapshot: dict
-    name: str = ""
-    total_memory: int | None = None
-    label: str = ""
-    extra: dict = field(default_factory=dict)
+class Source(Snapshot):
+    """A normalised snapshot plus what is known about the device it came from."""
 
     @property
     def settings(self) -> dict:
@@ -37,78 +32,19 @@ class Source:
 
 
 def read_source(obj, *, total_memory=None) -> Source:
-    """Return a :class:`Source` for a snapshot dict, segment list, device or replay result.
+    """Return a :class:`Source` for a snapshot dict, segment list, file, device or replay result.
 
     Raises:
         TypeError: for anything else, naming what was given.
-        ValueError: for a snapshot whose segments or blocks miss PyTorch's keys.
+        ValueError: (``SnapshotError``) for a snapshot whose segments or blocks are malformed.
     """
-    if isinstance(obj, Source):
+    if isinstance(obj, Source) and total_memory is None:
         return obj
-    name, label, capacity = "", "", None
-    if isinstance(obj, dict):
-        snapshot = obj
-    elif isinstance(obj, (list, tuple)):
-        snapshot = {"segments": list(obj)}
-    else:
-        snap_attr = getattr(obj, "snapshot", None)
-        if callable(snap_attr):
-            snapshot = snap_attr()
-        elif isinstance(snap_attr, dict):
-            snapshot = snap_attr
-        else:
-            raise TypeError(
-                "expected a snapshot dict (torch.cuda.memory._snapshot() format), a list of "
-                "segment dicts, a device with .snapshot(), or a replay result with a .snapshot "
-                f"dict; got {type(obj).__name__}")
-        label = str(getattr(obj, "label", "") or "")
-        capacity = getattr(obj, "total_memory", None)
-        name = _device_name(obj, capacity)
-    if not isinstance(snapshot, dict):
-        raise TypeError(f"a snapshot must be a dict, got {type(snapshot).__name__}")
-    validate_segments(snapshot.get("segments"))
-    if total_memory is not None:
-        capacity = total_memory
-    if capacity is not None:
-        from gpumemlab.units import parse_size
-        capacity = parse_size(capacity, name="total_memory")
-    return Source(snapshot=snapshot, name=name, total_memory=capacity, label=label)
-
-
-def _device_name(obj, capacity) -> str:
-    """A short title for a device: "Simulated GPU 0 (12.00 GiB, simulated)"."""
-    name = str(getattr(obj, "name", "") or "")
-    if not name:
-        return ""
-    index = getattr(obj, "device_index", None)
-    details = [] if not isinstance(capacity, int) else [_fmt(capacity)]
-    kind = getattr(obj, "kind", None)
-    if isinstance(kind, str) and kind:
-        details.append(kind)
-    return (f"{name} {index}" if isinstance(index, int) else name) + \
-        (f" ({', '.join(details)})" if details else "")
-
-
-def _fmt(size: int) -> str:
-    from gpumemlab.units import format_size
-    return format_size(size)
-
-
-def validate_segments(segments) -> None:
-    """Check the keys the views rely on; a clear ValueError beats a KeyError deep in a plot."""
-    if not isinstance(segments, list):
-        raise ValueError("snapshot has no 'segments' list: expected the dict returned by "
-                         "torch.cuda.memory._snapshot() or gpu.snapshot()")
-    for i, seg in enumerate(segments):
-        if not isinstance(seg, dict):
-            raise ValueError(f"segment {i} is a {type(seg).__name__}, not a dict")
-        missing = [k for k in _SEGMENT_KEYS if k not in seg]
-        if missing:
-            raise ValueError(f"segment {i} lacks key(s) {missing}: not a PyTorch snapshot segment")
-        for j, block in enumerate(seg["blocks"]):
-            missing = [k for k in _BLOCK_KEYS if k not in block]
-            if missing:
-                raise ValueError(f"segment {i} block {j} lacks key(s) {missing}")
+    snap = read_snapshot(obj)
+    capacity = snap.total_memory if total_memory is None else \
+        parse_size(total_memory, name="total_memory")
+    return Source(snap.snapshot, name=snap.name, total_memory=capacity, label=snap.label,
+                  notes=snap.notes, extra=snap.extra)
 
 
 def pick_device(snapshot: dict, device=None) -> int:
@@ -154,6 +90,5 @@ def settings_line(settings: dict) -> str:
     parts.append(f"expandable_segments={bool(settings.get('expandable_segments', False))}")
     max_split = settings.get("max_split_size", -1)
     if max_split is not None and int(max_split) >= 0:
-        from gpumemlab.units import format_size
         parts.append(f"max_split_size={format_size(int(max_split))}")
     return ", ".join(parts)
