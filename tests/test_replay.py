@@ -158,3 +158,47 @@ def test_timeline_rows_read_like_records():
     assert len(rows) == len(r.timeline) and rows[0]["event"] == 0
     assert max(row["reserved_bytes"] for row in rows) == r.peak_reserved
     del b
+
+
+def test_settings_given_beside_a_gpu_are_refused_not_dropped():
+    snap, _keep = _recording(seed=5, steps=100)
+    gpu = gml.SimulatedGPU("8GiB", record_frames=False)
+    with pytest.raises(ValueError, match="alloc_conf= would be ignored"):
+        gml.replay(snap, alloc_conf="expandable_segments:True", gpu=gpu)
+    with pytest.raises(ValueError, match="total_memory= would be ignored"):
+        gml.replay(snap, total_memory="4GiB", gpu=gpu)
+    assert gpu.memory_reserved() == 0            # nothing ran
+    assert gml.replay(snap, gpu=gpu).allocations > 0
+
+
+def test_result_fields_are_declared_and_documented():
+    import dataclasses
+    import inspect
+    from gpumemlab.recordings.replay_result import ReplayResult
+    snap, _keep = _recording(seed=6, steps=100)
+    result = replay(snap)
+    declared = {f.name for f in dataclasses.fields(ReplayResult)}
+    assert set(vars(result)) == declared          # no field appears only at the call site
+    source = inspect.getsource(ReplayResult)
+    for name in declared - {"_snapshot"}:
+        line = next(l for l in source.splitlines() if l.strip().startswith(f"{name}:"))
+        assert "#" in line, f"{name} has no comment saying what it holds"
+
+
+def test_every_reader_normalises_the_same_way():
+    """A dict in an old layout (no block addresses, the docstring's state name, no totals) reads
+    the same through replay, the views and read_snapshot as after normalize_snapshot."""
+    from gpumemlab.recordings.files import normalize_snapshot
+    from gpumemlab.recordings.source import read_snapshot
+    from gpumemlab.viz.source import read_source
+    raw = {"segments": [{"address": 1 << 32, "blocks": [
+        {"size": 2 * MiB, "state": "active_awaiting_free"},
+        {"size": 18 * MiB, "state": "inactive"}]}],
+        "device_traces": [[{"action": "alloc", "addr": 1 << 32, "size": 2 * MiB}]]}
+    expected, notes = normalize_snapshot(raw)
+    assert notes and "address" not in raw["segments"][0]["blocks"][0]
+    assert read_snapshot(raw).snapshot == expected
+    assert read_source(raw).snapshot == expected
+    once = read_snapshot(raw)
+    assert read_snapshot(once) is once            # a normalised Snapshot is not re-checked
+    assert replay(once).allocations == replay(raw).allocations == 1

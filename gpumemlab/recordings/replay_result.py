@@ -3,6 +3,7 @@ mismatches) and its per-event ``Timeline``; ``ReplayError`` for sources that can
 from __future__ import annotations
 
 from array import array
+from dataclasses import dataclass, field
 
 __all__ = ["ReplayError", "ReplayResult", "Timeline"]
 
@@ -36,18 +37,38 @@ class Timeline:
                 "requested": list(self.requested)}
 
 
+@dataclass(eq=False)
 class ReplayResult:
-    """What a replay found. ``oom`` is None or a dict: index, entry, size, message.
+    """What a replay found (``gml.replay`` fills every field; sizes are bytes).
 
-    ``address_mismatches`` = ``alloc_mismatches`` (allocations not at their recorded address,
-    or, in a faithful replay, that ran out of memory) + ``segment_mismatches`` (recorded segment
-    releases the model could not make, and whole free segments it kept through a recorded
-    ``empty_cache()``) + ``oom_mismatches`` (recorded OOMs the model did not run into); None
-    for captures.
+    ``address_mismatches`` = ``alloc_mismatches`` + ``segment_mismatches`` + ``oom_mismatches``;
+    all four are None for a capture (it has no recorded addresses).
     """
 
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
+    source: str                    # the file path, "snapshot", a device's title, or "capture"
+    alloc_conf: str                # the PYTORCH_CUDA_ALLOC_CONF the model ran under
+    recorded_alloc_conf: str       # the one the recording was made under ("" = defaults)
+    total_memory: int              # the model's device capacity
+    faithful: bool                 # True: recorded settings and addresses dictated to the model
+    allocator: object              # the DeviceCachingAllocator after the last replayed entry
+    timeline: Timeline             # allocated/reserved/requested after every replayed entry
+    peak_reserved: int             # peak reserved bytes during the replay (start state excluded)
+    peak_allocated: int            # peak allocated bytes during the replay
+    oom: dict | None               # None, or {index, entry, size, message} of the first OOM
+    allocations: int               # alloc entries replayed
+    address_mismatches: int | None  # everything that did not go as recorded (see above)
+    alloc_mismatches: int | None   # allocations not at their recorded address, or that ran out
+    segment_mismatches: int | None  # recorded releases the model could not make, and whole free
+    #                                 segments it kept through a recorded empty_cache()
+    oom_mismatches: int | None     # recorded OOMs the model did not run into
+    device: int                    # which device's trace was replayed
+    entries: int                   # trace entries of that device
+    replayed: int                  # entries replayed (fewer than entries after a stop on OOM)
+    start_problems: list           # why the recorded start state could not be rebuilt exactly
+    notes: list                    # remarks on the trace (frees of unknown addresses, ...)
+    elapsed_s: float               # seconds the trace loop took
+    address_shift: int             # offset added to recorded addresses (0 when they fit)
+    _snapshot: dict | None = field(default=None, repr=False)
 
     @property
     def snapshot(self) -> dict:
