@@ -13,8 +13,15 @@ Every problem with the input is one line (``CLIError``), never a traceback.
 from __future__ import annotations
 
 import sys
+import warnings
 
 from gpumemlab.cli import CLIError
+from gpumemlab.recordings.files import SnapshotError, SnapshotWarning, load_snapshot
+from gpumemlab.recordings.replay import ReplayError, replay, replay_devices
+from gpumemlab.units import format_size
+from gpumemlab.viz.blockmap import show
+from gpumemlab.viz.metrics import fragmentation
+from gpumemlab.viz.text import text_blockmap
 
 
 def register(subparsers) -> None:
@@ -50,9 +57,6 @@ def register(subparsers) -> None:
 # ----------------------------------------------------------------------------- helpers
 
 def _load(path):
-    import warnings
-
-    from gpumemlab.recordings.files import SnapshotError, SnapshotWarning, load_snapshot
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SnapshotWarning)
         try:
@@ -65,7 +69,6 @@ def _load(path):
 
 
 def _size(n) -> str:
-    from gpumemlab.units import format_size
     return format_size(int(n))
 
 
@@ -83,7 +86,6 @@ def _progress(label):
 
 
 def _replay(snap, label, path, **kw):
-    from gpumemlab.recordings.replay import ReplayError, replay
     try:
         return replay(snap, progress=_progress(label), **kw)
     except ReplayError as exc:
@@ -96,10 +98,6 @@ def _replay(snap, label, path, **kw):
 
 
 def _fragmentation(snap, total_memory=None):
-    try:
-        from gpumemlab.viz.metrics import fragmentation
-    except ImportError:
-        return None
     try:
         return fragmentation(snap, total_memory=total_memory)
     except Exception:               # metrics are a view: never fail the command over them
@@ -155,29 +153,12 @@ def _frame_text(frames) -> str:
 
 
 def _blockmap_text(snap) -> str:
-    try:
-        from gpumemlab.viz import text_blockmap
-        return text_blockmap(snap)
-    except Exception:
-        # without the views: one line per segment, '#' allocated, '.' free, 64 columns
-        lines = ["block map (# allocated, + pending free, . free):"]
-        for s in snap["segments"]:
-            row = []
-            for b in s["blocks"]:
-                cells = max(1, round(64 * b["size"] / max(s["total_size"], 1)))
-                ch = {"active_allocated": "#", "active_pending_free": "+"}.get(b["state"], ".")
-                row.append(ch * cells)
-            lines.append(f"  {s['address']:#014x} {_size(s['total_size']):>12} |{''.join(row)[:64]}|")
-        return "\n".join(lines)
+    return text_blockmap(snap)
 
 
 def _png(snap, path) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        from gpumemlab.viz import show
-    except Exception as exc:
-        raise CLIError(f"--png needs matplotlib and gpumemlab.viz ({exc})") from None
+    import matplotlib   # heavy: only --png pays for it
+    matplotlib.use("Agg")
     fig = show(snap)
     try:
         fig.savefig(path, dpi=110)
@@ -189,7 +170,6 @@ def _png(snap, path) -> None:
 # ----------------------------------------------------------------------------- verify
 
 def cmd_verify(args) -> int:
-    from gpumemlab.recordings.replay import replay_devices
     snap = _load(args.snapshot)
     devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
     ok = True

@@ -19,7 +19,10 @@ import sys
 import weakref
 from collections import OrderedDict
 
+from gpumemlab.allocator import round_size
 from gpumemlab.units import format_size, parse_size
+
+from .simulated import SimulatedGPU
 
 __all__ = ["CudaGPU", "CudaAllocation", "device", "cuda_available"]
 
@@ -46,7 +49,6 @@ class CudaAllocation:
     @property
     def size(self) -> int:
         """The block size the caching allocator gives it (c10 ``round_size``)."""
-        from gpumemlab.allocator import round_size
         return round_size(self.nbytes) if self.nbytes else 0
 
     @property
@@ -277,5 +279,4 @@ def device(kind: str = "auto", memory=None, alloc_conf: str | None = None, **kwa
             raise RuntimeError("a CUDA device was asked for (kind='cuda' or GPUMEMLAB_DEVICE=cuda) "
                                "but torch.cuda.is_available() is False")
         return CudaGPU(budget=memory or "4GiB", alloc_conf=alloc_conf, **kwargs)
-    from .simulated import SimulatedGPU
     return SimulatedGPU(memory or "24GiB", alloc_conf=alloc_conf, **kwargs)

@@ -18,6 +18,8 @@ import random
 import sys
 from dataclasses import dataclass, field
 
+from .errors import OutOfMemoryError
+
 __all__ = ["ScenarioRecord", "fragmentation_oom", "batch_growth", "train_step_like", "SCENARIOS"]
 
 MiB = 1024 * 1024
@@ -49,7 +51,6 @@ class ScenarioRecord:
 
 
 def _is_oom(exc) -> bool:
-    from .errors import OutOfMemoryError
     if isinstance(exc, OutOfMemoryError):
         return True
     torch = sys.modules.get("torch")

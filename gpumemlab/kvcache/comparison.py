@@ -12,7 +12,11 @@ from dataclasses import dataclass
 
 from . import paper
 from .accounting import CATEGORIES
+from .figures import comparison_figure
+from .sharing import sharing_savings
+from .simulator import simulate
 from .strategies import LABELS
+from .workloads import make_workload
 
 CONTIGUOUS_AND_PAGED = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 SWEEP_BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -90,13 +94,11 @@ class Comparison:
 
     def figure(self, workload: str = "sharegpt"):
         """A matplotlib Figure: waste breakdown, batch sizes, sharing savings, block-size sweep."""
-        from .figures import comparison_figure
         return comparison_figure(self, workload)
 
 
 def block_size_sweep(workload, block_sizes=SWEEP_BLOCK_SIZES, **simulate_kwargs) -> dict:
     """``{block_size: SimulationResult}`` of the paged strategy for each block size."""
-    from .simulator import simulate
     return {b: simulate("paged", workload, block_size=b, **simulate_kwargs) for b in block_sizes}
 
 
@@ -109,9 +111,6 @@ def compare(seed: int = 0, *, num_requests: int = 2000, kv_memory="12GiB", model
     The same ``seed`` gives the same requests and the same numbers. Takes about 10 s with the
     defaults; lower ``num_requests`` and ``sharing_requests`` for a quick look.
     """
-    from .sharing import sharing_savings
-    from .simulator import simulate
-    from .workloads import make_workload
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"seed must be an int, not {type(seed).__name__}")
     results, sweep, sharing = {}, {}, {}

@@ -8,6 +8,8 @@ copy-on-write copies one block.
 """
 from __future__ import annotations
 
+from gpumemlab.units import parse_size
+
 from .block_table import BlockManager
 
 
@@ -48,7 +50,6 @@ class PagedKVCache:
     def from_memory(cls, kv_memory, block_size: int, num_heads: int, head_dim: int, *,
                     dtype=None, device="cpu") -> "PagedKVCache":
         """A cache with as many blocks as fit in ``kv_memory`` bytes (K and V together)."""
-        from gpumemlab.units import parse_size
         torch = _torch()
         dtype = torch.float32 if dtype is None else dtype
         elem = torch.empty((), dtype=dtype).element_size()

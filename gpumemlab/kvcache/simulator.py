@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from gpumemlab.units import format_size, parse_size
 
 from .accounting import CATEGORIES
+from .sim_contiguous import run_contiguous
+from .sim_paged import run_paged
 from .sizing import model_shape
 from .strategies import LABELS, STRATEGIES, check_strategy
+from .workloads import Workload
 
 _NAMES = {"token_states": "token states", "reserved": "reserved", "internal_fragmentation":
           "internal frag.", "external_fragmentation": "external frag.", "unused": "unused"}
@@ -94,7 +97,6 @@ def simulate(strategy: str, workload, kv_memory="12GiB", *, model="opt-13b", blo
     Raises:
         ValueError: for an unknown strategy, or a kv_memory too small for one request.
     """
-    from .workloads import Workload
     key = check_strategy(strategy)
     if not isinstance(workload, Workload):
         raise TypeError(f"workload must be a Workload (e.g. sharegpt_like(1000)), not {type(workload).__name__}")
@@ -108,11 +110,9 @@ def simulate(strategy: str, workload, kv_memory="12GiB", *, model="opt-13b", blo
     if not 0 <= watermark < 1:
         raise ValueError(f"watermark must be in [0, 1), got {watermark}")
     if key == "paged":
-        from .sim_paged import run_paged
         out = run_paged(workload, kv_bytes, bytes_per_token, block_size=block_size,
                         max_num_seqs=max_num_seqs, watermark=watermark)
     else:
-        from .sim_contiguous import run_contiguous
         out = run_contiguous(key, workload, kv_bytes, bytes_per_token, max_num_seqs=max_num_seqs,
                              alloc_conf=alloc_conf)
     acc = out["acc"]

@@ -25,6 +25,8 @@ import os
 import sys
 import weakref
 
+from .replay import replay
+
 __all__ = ["capture", "Capture", "CATEGORIES"]
 
 CATEGORIES = ("parameter", "gradient", "activation", "optimizer_state", "temporary", "input")
@@ -95,7 +97,6 @@ class Capture:
 
     def replay(self, gpu=None, **kwargs):
         """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
-        from .replay import replay
         return replay(self, gpu=gpu, **kwargs)
 
     def __repr__(self):

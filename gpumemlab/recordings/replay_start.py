@@ -22,6 +22,7 @@ the recorded state:
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from gpumemlab.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, round_size
@@ -102,7 +103,6 @@ def scan_start_state(segments, trace, config) -> StartState:
     start_segments.sort(key=lambda s: s.address)
     # allocations the trace frees but never made: place them in their segment
     starts = [s.address for s in start_segments]
-    from bisect import bisect_right
     for addr, (requested, _stream) in sorted(pre_live.items()):
         i = bisect_right(starts, addr) - 1
         if i < 0 or addr >= start_segments[i].address + start_segments[i].total_size:
@@ -156,7 +156,6 @@ def _absorb_unsplit_tails(start_segments, trace):
     block began later: the gap's first event is an ``alloc`` at A, 0 < A - gap start <= 1 MiB
     (large pool; < 512 B small), i.e. a remainder ``should_split`` would not have split off.
     Events after the segment's first ``segment_free`` are a later segment and not looked at."""
-    from bisect import bisect_right
     gaps = []                     # (start, end, segment, index of the free piece)
     for seg in start_segments:
         for k, p in enumerate(seg.pieces):

@@ -11,9 +11,15 @@ one patch per block, so 100,000 blocks draw in about a second. Allocated blocks 
 """
 from __future__ import annotations
 
-from gpumemlab.units import format_size
+import textwrap
+
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
+from gpumemlab.units import format_size, parse_size
+from gpumemlab.viz.describe import plus
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
+
+from .metrics import find_fit, segment_figures
 from .source import device_segments, pick_device, read_source, settings_line
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
@@ -51,8 +57,6 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
     info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
                          highlight_largest=highlight_largest)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
-    import textwrap
-    from .metrics import segment_figures
     figs = segment_figures(segments, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
         f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
@@ -183,7 +187,6 @@ def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
 
 def blockmap_info(panels, segments, rules, *, request=None, stream=0, highlight_largest=True):
     """What a block map marks besides the blocks: the largest free block and the request fit."""
-    from .metrics import find_fit
     fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
     return {"panels": panels, "fit": fit, "request": request,
             "largest": _largest_free(segments) if highlight_largest else None,
@@ -252,8 +255,6 @@ def draw_panel_data(ax, panel, segments, info) -> list:
 
 def request_verdict(fit, segments, rules, request, stream) -> str:
     """One sentence: where the request goes, or why it needs a new segment."""
-    from gpumemlab.units import parse_size
-    from gpumemlab.viz.describe import plus
     request = parse_size(request, name="request")
     if fit is not None:
         return (f"a {format_size(request)} request fits: best-fit cached block of "
@@ -267,7 +268,6 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
             f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
     if rules.expandable:
         # expandable segments grow by mapping pages of the rounded request (ALLOCATOR_SPEC §5)
-        from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
         page = K_SMALL_BUFFER if pool == "small" else K_LARGE_BUFFER
         grow = -(-rounded // page) * page
         return (f"a {format_size(request)} request fits no cached free block: {held}, so the "

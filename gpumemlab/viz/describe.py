@@ -7,6 +7,8 @@ failed; an ``alloc`` alone means a cached free block was reused (split if big en
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+
 from gpumemlab.units import format_size
 
 
@@ -111,7 +113,6 @@ def describe_event(history, state, i: int) -> str:
 
 def _free_after_merge(seg, address: int, size: int) -> int:
     """Size of the free block a freed block becomes once merged with free neighbours."""
-    from bisect import bisect_left
     i = bisect_left(seg.starts, address)
     if i:
         prev = seg.starts[i - 1]

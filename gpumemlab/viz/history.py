@@ -16,8 +16,10 @@ totals for the timeline.
 from __future__ import annotations
 
 from gpumemlab.allocator.constants import K_SMALL_BUFFER
-from .source import read_source, device_segments, device_trace, pick_device
+from gpumemlab.viz.describe import describe_event
 from gpumemlab.viz.state import ALLOCATED, PENDING, AllocatorState, Seg
+
+from .source import read_source, device_segments, device_trace, pick_device
 
 TOTALS = ("allocated_bytes", "reserved_bytes", "requested_bytes", "active_bytes")
 
@@ -178,7 +180,6 @@ class History:
                 c = len(self._checkpoints) - 1
             self.state = self._checkpoints[c].copy() if c >= 0 else self.initial.copy()
             applied = c * self.checkpoint_every if c >= 0 else 0
-        from gpumemlab.viz.describe import describe_event
         for i in range(applied, target):
             if i == target - 1:
                 self.last_description = describe_event(self, self.state, i)

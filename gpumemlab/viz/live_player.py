@@ -13,8 +13,17 @@ re-replaying from the start.
 from __future__ import annotations
 
 import io
+import textwrap
+from html import escape
 
+from gpumemlab.units import format_size
+from gpumemlab.viz.blockmap import blockmap_info, draw_panel_data, plan_panels, setup_panel
+from gpumemlab.viz.describe import plus
 from gpumemlab.viz.history import History
+from gpumemlab.viz.memory_timeline import draw_timeline, timeline_data
+from gpumemlab.viz.palette import BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE, REQUEST_COLOUR
+
+from .metrics import fragmentation
 
 BLOCKMAP_SHARE = 0.62  # of the figure height; the timeline gets the rest
 
@@ -38,7 +47,6 @@ class Player:
 
     def __init__(self, source, *, device=None, request=None, interval_ms=400, dpi=72,
                  start=None):
-        from gpumemlab.viz.memory_timeline import timeline_data
         self.history = source if isinstance(source, History) else History(source, device=device)
         n = len(self.history)
         if n == 0:
@@ -94,7 +102,6 @@ class Player:
 
     def metrics(self):
         """Fragmentation figures of the current state (``gml.fragmentation``)."""
-        from .metrics import fragmentation
         return fragmentation({"segments": self._segments,
                               "allocator_settings": self.history.source.settings},
                              total_memory=self.total_memory)
@@ -112,7 +119,6 @@ class Player:
     def _build_figure(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from gpumemlab.viz.memory_timeline import draw_timeline
         # a bare Figure, not pyplot: it is shown only through the Image widget, never twice
         self.figure = Figure(figsize=(10, 7.5), dpi=self.dpi)
         self.canvas = FigureCanvasAgg(self.figure)
@@ -128,8 +134,6 @@ class Player:
                                        animated=True)
 
     def _draw_map(self) -> None:
-        from gpumemlab.viz.blockmap import (blockmap_info, draw_panel_data, plan_panels,
-                                            setup_panel)
         segments = self._segments
         panels = plan_panels(segments)
         info = blockmap_info(panels, segments, self.history.rules, request=self.request)
@@ -150,7 +154,6 @@ class Player:
     def _new_axes(self, panels, segments, info, setup_panel) -> None:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
-        from gpumemlab.viz.palette import (BLOCK_STYLE, LARGEST_FREE_EDGE, REQUEST_COLOUR)
         for ax in self._map_axes:
             ax.remove()
         sub = self._map_spec.subgridspec(
@@ -167,7 +170,6 @@ class Player:
             handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
                                  label="where the request would go"))
         if info["expandable"]:
-            from gpumemlab.viz.palette import EXPANDABLE_EDGE
             handles.append(Line2D([], [], color=EXPANDABLE_EDGE, ls="--",
                                   label="expandable segment"))
         self._map_axes[0].legend(handles=handles, fontsize=7, loc="upper left",
@@ -176,9 +178,6 @@ class Player:
         self._background = self.canvas.copy_from_bbox(self.figure.bbox)
 
     def _show(self, k: int) -> None:
-        import textwrap
-        from gpumemlab.units import format_size
-        from gpumemlab.viz.describe import plus
         self.history.goto(k)
         self.index = k
         self._segments = self.history.segments()  # built once a frame, read by map and metrics
@@ -194,7 +193,6 @@ class Player:
         self._render()
 
     def _render(self) -> None:
-        from html import escape
         self.canvas.restore_region(self._background)
         for artist in self._data + [self._cursor, self._title]:
             artist.axes.draw_artist(artist) if artist.axes else self.figure.draw_artist(artist)

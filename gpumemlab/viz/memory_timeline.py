@@ -11,6 +11,7 @@ reserved_bytes, requested_bytes), such a list of dicts, or a list of any of thes
 from __future__ import annotations
 
 from gpumemlab.units import format_size
+from gpumemlab.viz.history import History
 from gpumemlab.viz.palette import COMPARE_COLOURS, OKABE_ITO, SERIES_STYLE, unit_for
 
 RELEASE_ACTIONS = ("segment_free", "segment_unmap")
@@ -18,7 +19,6 @@ RELEASE_ACTIONS = ("segment_free", "segment_unmap")
 
 def timeline_data(source, label=None) -> dict:
     """One run as plain lists: event, action and the three byte series, plus its label."""
-    from gpumemlab.viz.history import History
     rows = None
     capacity = getattr(source, "total_memory", None)
     if isinstance(source, History):

@@ -11,8 +11,11 @@ HTML table in Jupyter and as a text table in a terminal.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from html import escape
 
-from gpumemlab.allocator.constants import K_SMALL_SIZE
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_SIZE
+from gpumemlab.units import format_size, parse_size
+
 from .size_rules import Rules
 from .source import read_source, device_segments
 
@@ -88,7 +91,6 @@ class Fragmentation(Mapping):
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from html import escape
         body = "".join(
             f"<tr><td><code>{escape(n)}</code></td><td style='text-align:right'>{escape(v)}</td>"
             f"<td style='text-align:left'>{escape(d)}</td></tr>" for n, v, d in self.rows())
@@ -99,7 +101,6 @@ class Fragmentation(Mapping):
 
 
 def format_value(kind: str, value) -> str:
-    from gpumemlab.units import format_size
     if value is None:
         return "unknown"
     if kind == "bytes":
@@ -217,7 +218,6 @@ def largest_request_at_all(segments, rules: Rules, total_memory: int, now: int) 
     budget = max(total_memory - reserved + releasable, 0)
     if rules.expandable:
         # growth maps whole 20 MiB pages of the rounded request, not get_allocation_size
-        from gpumemlab.allocator.constants import K_LARGE_BUFFER
         fresh = budget // K_LARGE_BUFFER * K_LARGE_BUFFER
     else:
         fresh = _last_true(budget, lambda r: rules.allocation_size(rules.round_size(r)) <= budget)
@@ -232,7 +232,6 @@ def find_fit(segments, request_bytes: int, rules: Rules, *, stream: int = 0):
     number (address order), block address and size, and the bytes the request would take
     (the whole block when ``should_split`` says no).
     """
-    from gpumemlab.units import parse_size
     request_bytes = parse_size(request_bytes, name="request")
     rounded = rules.round_size(request_bytes)
     pool = rules.pool(rounded)

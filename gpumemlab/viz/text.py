@@ -8,6 +8,9 @@ pseudo-Python in the spirit of ``_memory_viz.trace`` (``a = seg_0[0:2.00 MiB]``,
 from __future__ import annotations
 
 from gpumemlab.units import format_size
+from gpumemlab.viz.history import History
+
+from .metrics import segment_figures
 from .source import read_source, device_segments
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
@@ -48,7 +51,6 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None) -> s
         lines.append(f"{title}: {len(group)} segment(s), one character = {format_size(page)}")
         for index, seg in group:
             lines.append(_segment_row(index, seg, page))
-    from .metrics import segment_figures
     figures = segment_figures(segments, src.rules)
     lines.append(
         f"{len(segments)} segments: reserved {format_size(figures['reserved_bytes'])}, "
@@ -102,7 +104,6 @@ def _segment_row(index: int, seg: dict, page: int) -> str:
 
 def text_trace(source, *, device=None, limit=None) -> str:
     """A recorded trace as pseudo-Python, one line per event (``limit`` caps the lines)."""
-    from gpumemlab.viz.history import History
     history = source if isinstance(source, History) else History(source, device=device)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
