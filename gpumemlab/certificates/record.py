@@ -37,6 +37,7 @@ _FIELDS = {"kind": str, "name": str, "course": str, "score": (int, float),
 
 from .keys import (CertificateError, generate_keypair, key_fingerprint,  # noqa: F401
                    load_private_key, load_public_key)
+from .render import extract_from_html, extract_from_png, html_mismatch, render_html, render_png
 
 
 @dataclass
@@ -66,7 +67,6 @@ class Certificate:
 
     def write(self, out_dir, stem: str, png: bool = True) -> dict:
         """Write ``stem.html``, ``stem.json`` and (by default) ``stem.png``; return the paths."""
-        from .render import render_html, render_png
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,6 @@ def certificate_from_dict(data) -> Certificate:
 
 def load_certificate(path):
     """(Certificate, source kind, file text or None) from a .html, .json or .png file."""
-    from .render import extract_from_html, extract_from_png
 
     path = Path(path)
     try:
@@ -251,7 +250,6 @@ def verify_certificate(path_or_record, public_key) -> VerifyResult:
         return VerifyResult(False, "the percentage does not match the score", cert)
     notes = []
     if source == "html":
-        from .render import html_mismatch
 
         problem = html_mismatch(cert, page)
         if problem:

@@ -20,7 +20,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .answers import hash_answer, new_salt, normalise_text, seal_field, unseal_field
+from .answers import hash_answer, new_salt, normalise_text, seal_field, SealError, unseal_field
+from .bank import all_banks, BankError, parse_bank, plain_fields
 
 _LETTERS = "abcdefgh"
 
@@ -118,7 +119,6 @@ def unseal_question(q: dict) -> dict:
 
 def seal_text(text: str, salt_factory=new_salt) -> str:
     """A draft bank's YAML text, sealed (the result is validated before it is returned)."""
-    from .bank import parse_bank
 
     raw = _load(text)
     raw["questions"] = [seal_question(q, salt_factory) for q in raw["questions"]]
@@ -157,8 +157,6 @@ def main(argv=None) -> int:
         salt = args.salt or new_salt()
         print(f"salt: {salt}\nanswer_hash: {hash_answer(args.question_id, args.answer, salt)}")
     elif args.cmd in ("seal", "unseal"):
-        from .answers import SealError
-        from .bank import BankError
 
         path = args.draft if args.cmd == "seal" else args.bank
         try:
@@ -169,7 +167,6 @@ def main(argv=None) -> int:
             return 1
         sys.stdout.write(out)
     else:
-        from .bank import BankError, all_banks, plain_fields
 
         try:
             banks = all_banks(args.folder)

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .answers import SealError, check_sealed, unseal_field
+from .compute import validate_compute
+from .exercises import EXERCISES
+from .generators import GENERATORS
 
 KINDS = ("choice", "text", "numeric", "predict", "code")
 UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "count": 1, "percent": 1,
@@ -344,7 +347,6 @@ def _check_numeric(data, where):
     tol = data.get("tolerance", 0)
     if isinstance(tol, bool) or not isinstance(tol, (int, float)) or tol < 0:
         raise BankError(f"{where}: 'tolerance' must be a number >= 0")
-    from .compute import validate_compute  # the ops language lives with its interpreter
 
     try:
         validate_compute(data["compute"])
@@ -353,7 +355,6 @@ def _check_numeric(data, where):
 
 
 def _check_predict(data, where):
-    from .generators import GENERATORS
 
     if data["generator"] not in GENERATORS:
         raise BankError(f"{where}: unknown generator {data['generator']!r} "
@@ -364,7 +365,6 @@ def _check_predict(data, where):
 
 
 def _check_code(data, where):
-    from .exercises import EXERCISES
 
     if data["exercise"] not in EXERCISES:
         raise BankError(f"{where}: unknown exercise {data['exercise']!r} "

@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..units import parse_size
 from .answers import matches, normalise_text
 from .bank import UNITS, Question
+from .compute import compute
+from .exercises import EXERCISES, run_exercise
+from .generators import make_variant
 
 REVEAL_AFTER = 3
 
@@ -110,7 +114,6 @@ def read_number(qid: str, answer, unit: str) -> float:
         except ValueError:
             if unit not in ("bytes", "KiB", "MiB", "GiB"):
                 raise AnswerError(f"{qid}: cannot read {answer!r} as a number") from None
-            from ..units import parse_size
 
             try:
                 value = parse_size(text.replace(" ", ""), name="answer") / UNITS[unit]
@@ -129,7 +132,6 @@ def _close(got: float, expected: float, tolerance: float) -> bool:
 
 
 def _judge_numeric(q, answer, seed):
-    from .compute import compute
 
     unit = q.data["unit"]
     expected = compute(q.data["compute"]) / UNITS[unit]
@@ -148,7 +150,6 @@ def read_yes_no(qid: str, answer) -> str:
 
 
 def _judge_predict(q, answer, seed):
-    from .generators import make_variant
 
     variant = make_variant(q, seed)
     expected = variant.answer()
@@ -160,7 +161,6 @@ def _judge_predict(q, answer, seed):
 
 
 def _judge_code(q, answer, seed):
-    from .exercises import run_exercise
 
     passed, _, _, message = run_exercise(q.data["exercise"], answer)
     return passed, message, None
@@ -180,11 +180,9 @@ def render_question(question: Question, seed="0") -> str:
     elif question.kind == "numeric":
         lines.append(f"  (answer in {question.data['unit']})")
     elif question.kind == "predict":
-        from .generators import make_variant
 
         lines.append(make_variant(question, seed).text())
     elif question.kind == "code":
-        from .exercises import EXERCISES
 
         lines.append(f"  write: {EXERCISES[question.data['exercise']].signature}")
     return "\n".join(lines)

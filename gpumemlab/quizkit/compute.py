@@ -12,6 +12,9 @@ import ast
 import operator
 import re
 
+from .. import OutOfMemoryError, SimulatedGPU
+from ..units import parse_size
+
 _ALLOC = re.compile(r"^([A-Za-z_]\w*)\s*=\s*([0-9.]+\s*[A-Za-z]*)\s*(?:@\s*(\d+))?$")
 _DEL = re.compile(r"^del\s+([A-Za-z_]\w*)$")
 MEASURES = ("memory_reserved", "memory_allocated", "max_memory_reserved", "max_memory_allocated",
@@ -56,7 +59,6 @@ def validate_measure(measure) -> None:
 
 def parse_op(op: str):
     """-> ('alloc', name, nbytes, stream) | ('del', name) | ('empty_cache',)."""
-    from ..units import parse_size
 
     text = op.strip()
     if text in ("empty_cache", "empty_cache()"):
@@ -75,7 +77,6 @@ def parse_op(op: str):
 def run_ops(ops, total_memory="24GiB", alloc_conf="") -> Outcome:
     """Run ``ops`` on a fresh SimulatedGPU."""
     # through the flat API, so the quiz follows wherever the device module lives
-    from .. import OutOfMemoryError, SimulatedGPU
 
     gpu = SimulatedGPU(total_memory=total_memory, alloc_conf=alloc_conf)
     names, ooms = {}, 0

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 
+from gpumemlab.certificates.issue import self_study_record
+
 from .bank import BankError, all_banks, load_bank, notebook_key
 from .checker import AnswerError, evaluate, render_question
 from .progress import Progress
+from .widgets import QuizView
 
 
 class Quiz:
@@ -41,7 +44,6 @@ class Quiz:
         if os.environ.get("GPUMEMLAB_HEADLESS") or not _widgets_available():
             print(self.text(notebook))
             return None
-        from .widgets import QuizView
 
         view = QuizView(self, bank)
         view.display()
@@ -117,7 +119,6 @@ class Quiz:
         """Write an UNSIGNED self-study completion record (HTML + PNG) into ``out`` when your
         points reach ``threshold`` of all questions; otherwise say how far you are. Returns the
         paths or None. Only a teacher's signed certificate can be verified."""
-        from gpumemlab.certificates.issue import self_study_record
 
         return self_study_record(self, name, threshold=threshold, out=out, **kw)
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from ..allocator.rounding import get_allocation_size, round_size
 from ..units import KiB, MiB
+from .compute import inactive_blocks, run_ops
 
 
 @dataclass(frozen=True)
@@ -31,13 +33,11 @@ def _size_cases():
 
 
 def _round_size(size):
-    from ..allocator.rounding import round_size
 
     return round_size(size)
 
 
 def _segment_size(size):
-    from ..allocator.rounding import get_allocation_size, round_size
 
     return get_allocation_size(round_size(size))
 
@@ -59,7 +59,6 @@ def _split_cases():
 
 def _should_split(block_size, size, small):
     """Ask the model: cache a free block of ``block_size``, request ``size``, count the blocks."""
-    from .compute import run_ops
 
     # A small request that needs a fresh segment always gets 2 MiB; a large one gets a segment of
     # exactly block_size when block_size is one the allocator itself would cudaMalloc.
@@ -70,7 +69,6 @@ def _should_split(block_size, size, small):
 
 
 def _snapshot_after(ops):
-    from .compute import run_ops
 
     outcome = run_ops(ops)   # holding the outcome keeps its allocations alive
     return outcome.gpu.snapshot()
@@ -92,7 +90,6 @@ def _frag_cases():
 
 def _fragmentation(snapshot):
     """1 - largest free block / all free bytes, over cached free blocks; 0.0 if none is free."""
-    from .compute import inactive_blocks
 
     free = inactive_blocks(snapshot)
     return 0.0 if not free or sum(free) == 0 else 1 - max(free) / sum(free)

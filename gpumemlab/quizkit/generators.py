@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 
 from ..units import KiB, MiB
+from .compute import measure, run_ops
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,6 @@ class Variant:
     alloc_conf: str = ""
 
     def answer(self):
-        from .compute import measure, run_ops
 
         value = measure(run_ops(self.ops, self.total_memory, self.alloc_conf), self.measure)
         if self.unit == "yes/no":
@@ -122,7 +122,6 @@ def reuse(rng, params):
 @dataclass(frozen=True)
 class ReuseVariant(Variant):
     def answer(self):
-        from .compute import run_ops
 
         # a's address is read from a run that stops before the free; the full run gives c's.
         a_address = run_ops(self.ops[:2], self.total_memory, self.alloc_conf).names["a"].address

@@ -4,6 +4,9 @@ A thin view over ``Quiz.evaluate``: every state change goes through ``answer(que
 value)``, which a test (or a headless run) can call directly, as ipywidgets callbacks do.
 """
 from __future__ import annotations
+import html
+
+from .checker import AnswerError, render_question
 
 
 class QuizView:
@@ -13,7 +16,6 @@ class QuizView:
         self.quiz, self.bank, self.feedback, self.inputs = quiz, bank, {}, {}
         seed = quiz.progress().seed
         boxes = [w.HTML(f"<h3>Quiz {bank.notebook}: {bank.title}</h3>")]
-        from .checker import render_question
 
         for q in bank.questions:
             text = render_question(q, seed)
@@ -35,7 +37,6 @@ class QuizView:
         self.widget = w.VBox(boxes + [self.score])
 
     def answer(self, question_id, value):
-        from .checker import AnswerError
 
         try:
             result = self.quiz.evaluate(question_id, value, record=True)
@@ -60,6 +61,5 @@ class QuizView:
 
 
 def _escape(text: str) -> str:
-    import html
 
     return html.escape(text)
