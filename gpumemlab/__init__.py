@@ -42,6 +42,10 @@ _LAZY = {
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes
     "quiz": ("gpumemlab.quizkit", "quiz"),
+    "predict": ("gpumemlab.quizkit", "predict"),
+    "reveal": ("gpumemlab.quizkit", "reveal"),
+    "exercise": ("gpumemlab.quizkit", "exercise"),
+    "whatif": ("gpumemlab.viz.whatif", "whatif"),
 }
 
 __all__ = sorted(_LAZY) + ["__version__"]

@@ -39,15 +39,14 @@ class Quiz:
 
     # -- learner API --
     def __call__(self, notebook):
-        """Show the questions of ``notebook`` as widgets, or as text when widgets cannot show."""
+        """Show the questions of ``notebook`` as widgets, or as text when widgets cannot show.
+        Returns the view (shown once, as the cell's value, with a static HTML copy)."""
         bank = self.bank(notebook)
         if os.environ.get("GPUMEMLAB_HEADLESS") or not _widgets_available():
             print(self.text(notebook))
             return None
 
-        view = QuizView(self, bank)
-        view.display()
-        return view
+        return QuizView(self, bank)
 
     def text(self, notebook) -> str:
         bank = self.bank(notebook)

@@ -1,4 +1,6 @@
-"""Learner progress, kept in one local JSON file: attempts, what was answered right, the seed.
+"""Learner progress, kept in one local JSON file: quiz attempts, what was answered right, the
+seed, the predictions made in predict cells (``predictions``) and the exercise attempts
+(``exercises``).
 
 The file is ``$GPUMEMLAB_PROGRESS`` if set, else ``~/.gpumemlab/progress.json``. It is written
 atomically (temp file + rename), and a damaged file is set aside as ``progress.json.bad`` instead of
@@ -82,9 +84,40 @@ class Progress:
         self.save()
         return e
 
-    def reset(self, prefix: str = "") -> None:
-        """Forget the answers of questions whose id starts with ``prefix`` (all if empty)."""
-        qs = self.data["questions"]
-        for qid in [q for q in qs if q.startswith(prefix)]:
-            del qs[qid]
+    # -- predict cells (gml.predict) and exercise cells (gml.exercise) --
+    def prediction(self, prediction_id: str):
+        """The stored prediction entry (value, text, kind, ...), or None."""
+        entry = self.data.get("predictions", {}).get(prediction_id)
+        return entry if isinstance(entry, dict) else None
+
+    def record_prediction(self, prediction_id: str, **fields) -> dict:
+        """Merge ``fields`` into the entry of ``prediction_id`` and save."""
+        table = self.data.setdefault("predictions", {})
+        entry = dict(table.get(prediction_id) or {})
+        entry.update(fields)
+        table[prediction_id] = entry
+        self.save()
+        return entry
+
+    def exercise(self, exercise_id: str) -> dict:
+        entry = self.data.get("exercises", {}).get(exercise_id)
+        return entry if isinstance(entry, dict) else {"attempts": 0, "passed": False}
+
+    def record_exercise(self, exercise_id: str, passed: bool) -> dict:
+        table = self.data.setdefault("exercises", {})
+        entry = dict(self.exercise(exercise_id))
+        entry["attempts"] = int(entry.get("attempts", 0)) + 1
+        if passed and not entry.get("passed"):
+            entry["passed"], entry["solved_at_attempt"] = True, entry["attempts"]
+        table[exercise_id] = entry
+        self.save()
+        return entry
+
+    def reset(self, prefix: str = "", tables=("questions",)) -> None:
+        """Forget the entries whose id starts with ``prefix`` (all if empty) in ``tables``
+        (quiz answers by default; also "predictions", "exercises")."""
+        for key in tables:
+            table = self.data.get(key, {})
+            for qid in [q for q in table if q.startswith(prefix)]:
+                del table[qid]
         self.save()

@@ -1,7 +1,9 @@
 """The widget view of a notebook's quiz: one box per question, feedback under each.
 
 A thin view over ``Quiz.evaluate``: every state change goes through ``answer(question_id,
-value)``, which a test (or a headless run) can call directly, as ipywidgets callbacks do.
+value)``, which a test (or a headless run) can call directly, as ipywidgets callbacks do. The view's
+MIME bundle also carries the questions as ``text/html`` and a one-line ``text/plain``
+(``gpumemlab.viz.static``), so an exported notebook keeps them instead of ``VBox(children=...)``.
 """
 from __future__ import annotations
 import html
@@ -57,7 +59,20 @@ class QuizView:
     def display(self):
         from IPython.display import display
 
-        display(self.widget)
+        display(self)
+
+    def _repr_mimebundle_(self, **kwargs):
+        from gpumemlab.viz.static import widget_bundle
+
+        bank = self.bank
+        text = self.quiz.text(bank.notebook)
+        head = (f"Quiz {bank.notebook}: {bank.title} ({len(bank.questions)} questions; "
+                f"answer with gml.quiz.check)")
+        return widget_bundle(self.widget, "<pre style='white-space:pre-wrap'>" + _escape(text) +
+                             "</pre>", head)
+
+    def __repr__(self):
+        return f"<quiz {self.bank.notebook}: {self.bank.title}>"
 
 
 def _escape(text: str) -> str:

@@ -73,8 +73,11 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         fig.suptitle(head, fontsize=11)
         _legend(fig, info, foot)
     else:
+        ax.set_title("", loc="left")  # one panel: the head says it all, and would overlap
         ax.set_title(head, fontsize=10)
-        ax.legend(handles=_legend_handles(info), fontsize=7, loc="upper right")
+        # beside the axes, so it never covers a band
+        ax.legend(handles=_legend_handles(info), fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         ax.set_xlabel(ax.get_xlabel() + "\n" + foot, fontsize=8)
     fig.gml_blockmap = info  # what was drawn, for tests and the player
     if ax is None:

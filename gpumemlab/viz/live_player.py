@@ -8,7 +8,9 @@ updates the metrics table. The image is a PNG in an ``ipywidgets.Image`` and the
 headless (nbval). All state lives in the kernel: ``player.goto(k)`` or ``player.slider.value = k``
 moves it, and ``player.index``, ``player.state``, ``player.metrics()``, ``player.description()``
 read it. Stepping applies one trace entry to the previous state (:class:`History`), never
-re-replaying from the start.
+re-replaying from the start. Its MIME bundle carries the current frame as ``text/html`` (the
+PNG inline, the event in words, the metrics table) and a one-line ``text/plain`` as well as the
+widget view (``gpumemlab.viz.static``), so an exported notebook shows the frame.
 """
 from __future__ import annotations
 
@@ -224,11 +226,18 @@ class Player:
         self._show(int(change["new"]))
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+        from gpumemlab.viz.static import escape, png_img, widget_bundle
+        html = (f"<div><b>{escape(self._headline())}</b><br>"
+                f"{png_img(self.png, alt=self.description())}<br>{self.table.value}</div>")
+        return widget_bundle(self.widget, html, self._headline())
+
+    def _headline(self) -> str:
+        # the description already starts "event k: ..."; say where k sits in the trace
+        return f"player, {len(self.history)} events (0..{len(self.history) - 1}): " \
+            f"{self.description()}"
 
     def __repr__(self):
-        return (f"<Player at event {self.index} of {len(self.history)}: "
-                f"{self.description()}>")
+        return f"<{self._headline()}>"
 
 
 def _png(canvas) -> bytes:

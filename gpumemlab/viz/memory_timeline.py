@@ -7,6 +7,9 @@ replays of one workload (say, with and without ``expandable_segments``) can shar
 Accepts a snapshot with history (``device_traces``), a device, a :class:`History`, a replay
 result (an object with ``.timeline``: dicts with event, action, allocated_bytes,
 reserved_bytes, requested_bytes), such a list of dicts, or a list of any of these to compare.
+Compared runs are drawn as small multiples (one panel per run, shared axes) so that no curve
+hides another. The y axis is scaled to the data: a device capacity far above the curves (a
+replay's "unlimited" card) is named in the legend instead of stretching the axis.
 """
 from __future__ import annotations
 
@@ -75,7 +78,8 @@ def _is_rows(obj) -> bool:
 
 
 def timeline(source, ax=None, *, labels=None, cursor=None):
-    """Plot memory over the events of one run, or compare several runs (a list) on one axis.
+    """Plot memory over the events of one run, or compare several runs (a list): one panel per
+    run with shared axes, or all in ``ax`` when one is given.
 
     Args:
         labels: names for the runs when comparing (default: each run's label or alloc_conf).
@@ -94,24 +98,44 @@ def timeline(source, ax=None, *, labels=None, cursor=None):
         d["label"] = d["label"] or (f"run {i}" if compare else "")
     import matplotlib.pyplot as plt
     own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
+    if own and compare:
+        fig, axes = plt.subplots(len(data), 1, figsize=(10, 1.0 + 2.0 * len(data)),
+                                 layout="constrained", sharex=True, sharey=True, squeeze=False)
+        top = data_top(data)
+        for i, (panel, d) in enumerate(zip(axes[:, 0], data)):
+            draw_timeline(panel, [d], compare=True, cursor=cursor, index=i, top=top)
+            panel.set_title(d["label"], fontsize=9, loc="left")
+            if i < len(data) - 1:
+                panel.set_xlabel("")
     else:
-        fig = ax.figure
-    draw_timeline(ax, data, compare=compare, cursor=cursor)
+        if own:
+            fig, ax = plt.subplots(figsize=(10, 3.8), layout="constrained")
+        else:
+            fig = ax.figure
+        draw_timeline(ax, data, compare=compare, cursor=cursor)
     fig.gml_timeline = data
     if own:
         plt.close(fig)  # returned, so Jupyter shows it once (see blockmap.show)
     return fig
 
 
-def draw_timeline(ax, data, *, compare=False, cursor=None) -> None:
-    """Draw runs into ``ax``; used by :func:`timeline` and the player."""
+OFF_SCALE = 2.0  # a capacity more than this many times the data's peak is not drawn to scale
+
+
+def data_top(data) -> int:
+    """The top of the y axis: the curves' peak, or the capacity when it is near it."""
+    peak = max([max(d["reserved_bytes"] + d["allocated_bytes"] + [0]) for d in data] + [1])
+    capacity = max([d["total_memory"] or 0 for d in data] + [0])
+    return capacity if capacity and capacity <= OFF_SCALE * peak else peak
+
+
+def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) -> None:
+    """Draw runs into ``ax``; used by :func:`timeline` and the player. ``index`` is the colour
+    of the first run; ``top`` the y extent in bytes (default: :func:`data_top`)."""
     from matplotlib.ticker import FuncFormatter
-    top = max([max(d["reserved_bytes"] + d["allocated_bytes"] + [0]) for d in data] +
-              [d["total_memory"] or 0 for d in data] + [1])
+    top = top or data_top(data)
     unit, unit_name = unit_for(top)
-    for i, d in enumerate(data):
+    for i, d in enumerate(data, index):
         x = d["event"]
         if compare:
             colour = COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
@@ -131,11 +155,15 @@ def draw_timeline(ax, data, *, compare=False, cursor=None) -> None:
                 ax.plot(x, [v / unit for v in d[name]], color=colour, ls=style, lw=1.4,
                         drawstyle="steps-post", gid=name, label=label)
         _mark_events(ax, d, unit, colour=COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
-                     if compare else OKABE_ITO["vermillion"], first=(i == 0))
+                     if compare else OKABE_ITO["vermillion"], first=(i == index))
     capacity = next((d["total_memory"] for d in data if d["total_memory"]), None)
-    if capacity:
+    if capacity and capacity <= top:
         ax.axhline(capacity / unit, color="black", ls="--", lw=0.8, gid="capacity",
                    label=f"device capacity {format_size(capacity)}")
+    elif capacity:
+        ax.plot([], [], color="black", ls="--", lw=0.8, gid="capacity_off_scale",
+                label=f"device capacity {format_size(capacity)} (far above: not to scale)")
+        ax.set_ylim(top=1.08 * top / unit)
     if cursor is not None:
         ax.axvline(cursor, color="black", lw=1.0, gid="cursor")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

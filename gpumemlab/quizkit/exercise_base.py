@@ -1,0 +1,60 @@
+"""The parts every lesson exercise is made of: ``LessonExercise`` (the task, the hint ladder, the
+stub the notebook ships, the judge), ``Verdict``, the ``exercise`` decorator that registers a judge,
+and ``plain`` (answers are plain JSON data). See ``lesson_exercises`` for the contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of judging one answer: ``passed``, a message in words, and the figures."""
+    exercise_id: str
+    passed: bool
+    message: str
+    figures: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"exercise_id": self.exercise_id, "passed": self.passed, "message": self.message,
+                "figures": dict(self.figures)}
+
+
+@dataclass(frozen=True)
+class LessonExercise:
+    id: str                 # "05.ex"
+    title: str
+    task: str               # what to change, in words
+    expects: str            # the shape of the answer: "an alloc_conf string", ...
+    judge: object           # (answer: plain data) -> (passed, message, figures)
+    hints: tuple = ()       # the ladder: one more after each failed attempt
+    stub: object = None     # what the notebook ships; it must fail
+
+
+REGISTRY = {}
+
+
+class AnswerShapeError(ValueError):
+    """An answer that is not of the shape the exercise expects; its text says what is."""
+
+
+def exercise(ex_id, title, task, expects, hints, stub):
+    """Register the decorated judge as exercise ``ex_id``."""
+    def register(fn):
+        REGISTRY[ex_id] = LessonExercise(ex_id, title, task, expects, fn, tuple(hints), stub)
+        return fn
+    return register
+
+
+
+
+def plain(value, path="answer"):
+    """``value`` if it is plain JSON data, else AnswerShapeError naming the offending part."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: plain(v, f"{path}[{k!r}]") for k, v in value.items()}
+    raise AnswerShapeError(f"{path} is a {type(value).__name__}: an answer must be plain data "
+                           f"(numbers, strings, lists, dicts)")

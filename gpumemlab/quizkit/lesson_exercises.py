@@ -1,0 +1,60 @@
+"""Lesson exercises: the learner changes something (a setting, an order, a batch size), and a judge
+runs it on the simulated GPU and says whether it does what the task asks.
+
+An exercise is judged by a function of **plain data** (str, int, float, bool, lists and dicts of
+these: what survives ``json.dumps``), never of the learner's objects. So the same judge runs in
+the notebook (``gml.exercise.check``) and in the classroom grader, which receives the answer as
+JSON from the student's sandbox and calls :func:`judge_json` in its own process. A judge returns a
+:class:`Verdict` with the measured figures that decided it; a malformed answer (a setting c10
+would refuse, a list with a missing name) becomes a failed verdict whose message says what was
+expected, never an exception. The tasks themselves live in ``lesson_tasks.py`` (lessons 01-04)
+and ``lesson_tasks_more.py`` (05-09); every right answer is found by running the simulator at
+judge time, not typed in.
+"""
+from __future__ import annotations
+
+import json
+
+from .exercise_base import (REGISTRY, AnswerShapeError, LessonExercise, Verdict,  # noqa: F401
+                            exercise, plain)
+
+
+def get(ex_id: str) -> LessonExercise:
+    _load()
+    try:
+        return REGISTRY[ex_id]
+    except KeyError:
+        raise KeyError(f"no exercise {ex_id!r}; known: {', '.join(sorted(REGISTRY))}") from None
+
+
+def all_exercises() -> list:
+    _load()
+    return [REGISTRY[k] for k in sorted(REGISTRY)]
+
+
+def _load():
+    # the task modules register themselves on import
+    from . import lesson_tasks, lesson_tasks_more  # noqa: F401
+
+
+def judge(ex_id: str, answer) -> Verdict:
+    """Judge ``answer`` (plain data) for exercise ``ex_id``. Never raises for a bad answer."""
+    ex = get(ex_id)
+    try:
+        passed, message, figures = ex.judge(plain(answer))
+    except AnswerShapeError as exc:
+        return Verdict(ex_id, False, f"{str(exc).rstrip('.')}. Expected {ex.expects}.")
+    return Verdict(ex_id, bool(passed), message, plain(figures))
+
+
+def judge_json(ex_id: str, answer_json: str) -> dict:
+    """The grader's entry point: the answer as JSON text in, the verdict as a dict out."""
+    try:
+        answer = json.loads(answer_json)
+    except (TypeError, ValueError) as exc:
+        return Verdict(ex_id, False, f"the answer is not JSON ({exc})").to_dict()
+    return judge(ex_id, answer).to_dict()
+
+
+__all__ = ["Verdict", "LessonExercise", "AnswerShapeError", "REGISTRY", "exercise", "get",
+           "all_exercises", "judge", "judge_json", "plain"]

@@ -1,0 +1,93 @@
+"""The exercises of lessons 05-09 (see ``lesson_exercises`` for the contract): each judge runs the
+learner's plain answer on a fresh ``SimulatedGPU`` and returns (passed, message, figures).
+"""
+from __future__ import annotations
+
+from gpumemlab.units import GiB, MiB, format_size
+from .exercise_base import AnswerShapeError, exercise
+
+
+def settings_count(conf: str) -> int:
+    """How many settings a ``PYTORCH_CUDA_ALLOC_CONF`` string holds (commas inside [] do not
+    separate settings)."""
+    depth, count, seen = 0, 0, False
+    for ch in conf:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            count, seen = count + seen, False
+        elif not ch.isspace():
+            seen = True
+    return count + seen
+
+
+def alloc_conf_answer(answer) -> str:
+    """``answer`` as a settings string c10 accepts, or AnswerShapeError with c10's complaint."""
+    from gpumemlab.allocator.config import AllocatorConfig
+
+    if not isinstance(answer, str):
+        raise AnswerShapeError(f"the answer is a {type(answer).__name__}, not a settings string")
+    try:
+        AllocatorConfig.parse(answer)
+    except (TypeError, ValueError) as exc:
+        raise AnswerShapeError(f"c10 would refuse {answer!r}: {exc}") from None
+    return answer
+
+
+# -- 05: make a workload fit an 8 GiB card with one setting
+CARD_05 = "8GiB"
+
+
+def big_small_big(gpu):
+    """Lesson 05's exercise workload: a 6 GiB tensor dies, four 200 MiB tensors arrive, then
+    6 GiB is needed again. Returns the live allocations (keep them to keep the state)."""
+    x = gpu.empty(6 * GiB)
+    del x
+    live = [gpu.empty(200 * MiB) for _ in range(4)]
+    live.append(gpu.empty(6 * GiB))
+    return live
+
+
+def oom_line(exc) -> str:
+    """The OOM message up to its advice: what was asked and what was free and cached."""
+    text = str(exc).splitlines()[0]
+    return text.split(" If reserved but unallocated")[0].strip()
+
+
+def run_05(conf: str):
+    """(gpu, error text or None) after lesson 05's workload under ``conf``."""
+    from gpumemlab.devices.errors import OutOfMemoryError
+    from gpumemlab.devices.simulated import SimulatedGPU
+
+    gpu = SimulatedGPU(CARD_05, alloc_conf=conf)
+    try:
+        big_small_big(gpu)
+    except OutOfMemoryError as exc:
+        return gpu, oom_line(exc)
+    return gpu, None
+
+
+@exercise("05.ex", "one setting that makes it fit",
+          "On an 8 GiB card a 6 GiB tensor dies, four 200 MiB tensors arrive, then 6 GiB is "
+          "needed again (gpumemlab.quizkit.lesson_tasks_more.big_small_big). With the defaults "
+          "the second 6 GiB runs out of memory. Find ONE PYTORCH_CUDA_ALLOC_CONF setting under "
+          "which it fits.",
+          "a settings string with one setting, like 'name:value'",
+          hints=("Look at the block map after the four 200 MiB tensors: where did they go?",
+                 "A setting that stops big cached blocks from being split for smaller requests.",
+                 "max_split_size_mb:N marks blocks of N MiB or more as oversize: never split."),
+          stub="")
+def _judge_05(answer):
+    conf = alloc_conf_answer(answer)
+    n = settings_count(conf)
+    gpu, oom = run_05(conf)
+    figures = {"alloc_conf": conf, "settings": n, "oom": oom,
+               "peak_reserved_bytes": gpu.max_memory_reserved()}
+    shown = repr(conf) if conf else "the defaults ('')"
+    if oom:
+        return False, f"under {shown} the second 6 GiB tensor fails: {oom}", figures
+    if n != 1:
+        return False, (f"it fits, but {shown} holds {n} settings; the task asks for exactly one"), \
+            figures
+    return True, (f"under {shown} the workload fits: peak reserved "
+                  f"{format_size(gpu.max_memory_reserved())} of {format_size(gpu.total_memory)}"), figures

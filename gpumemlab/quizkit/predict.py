@@ -1,0 +1,246 @@
+"""Predict cells (``gml.predict``) and their reveal (``gml.reveal``): guess first, then measure.
+
+    gml.predict("01.p1", "How much will memory_reserved() be after a 1-byte tensor?")  # a size
+    gml.predict("05.p2", "Which run OOMs?", choices=["defaults", "max_split_size_mb:512"])
+    gml.predict("02.p1", "How many segments?", kind="number")
+    ...                                              # the experiment runs
+    gml.reveal("01.p1", sim.memory_reserved())       # the simulator's number, and how close
+
+The predict cell shows a text box (sizes take units: "2 GiB", "2048 MiB", "2097152") or a choice
+in ipywidgets; headless (``GPUMEMLAB_HEADLESS``, nbval, CI, a plain Python shell) it prints the
+question and moves on. ``gml.predict.answer(id, value)`` answers in code. A prediction is kept in
+the progress file (``predictions``), so the reveal cell finds it even after a kernel restart.
+The reveal cell runs whether or not there is a prediction, takes the right answer computed at run
+time (never typed into the lesson), and says how close the guess was. An unreadable prediction
+gets one line saying what was expected; nothing raises into the lesson.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from .progress import Progress
+
+KINDS = ("size", "number", "choice")
+CLOSE = 0.10   # within 10 % of the answer counts as close
+
+
+class PredictionError(ValueError):
+    """A prediction that is not a number, a size or one of the choices."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    id: str
+    question: str
+    kind: str = "size"
+    choices: tuple = ()
+    unit: str = ""          # a word after numbers ("segments"), for kind "number"
+
+
+@dataclass(frozen=True)
+class Reveal:
+    """How a prediction compares with the measured answer (``verdict``: exact, close, off,
+    right, wrong or none)."""
+    id: str
+    actual: object
+    predicted: object
+    verdict: str
+    text: str
+    ratio: float = None     # predicted / actual, for numbers
+
+    def __str__(self):
+        return self.text
+
+
+def parse_prediction(spec: Spec, value):
+    """The learner's value as an int (size), float (number) or one of the choices."""
+    from gpumemlab.units import parse_size
+
+    if spec.kind == "choice":
+        text = str(value).strip()
+        for i, choice in enumerate(spec.choices):
+            if text.lower() in (str(choice).lower(), "abcdefgh"[i]):
+                return choice
+        letters = ", ".join(f"{'abcdefgh'[i]}) {c}" for i, c in enumerate(spec.choices))
+        raise PredictionError(f"expected one of {letters}; got {text!r}")
+    if isinstance(value, bool):
+        raise PredictionError(_expected(spec, value))
+    if spec.kind == "size":
+        try:
+            return parse_size(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError) as exc:
+            if isinstance(value, float) and value >= 0:
+                return round(value)
+            if "whole number of bytes" in str(exc):   # "1.9 MiB": a guess, round it
+                number, unit = re.match(r"\s*([0-9.]+)\s*(\w*)", value).groups()
+                return round(float(number) * parse_size(f"1{unit}"))
+            raise PredictionError(_expected(spec, value)) from None
+    try:
+        number = float(str(value).replace(",", "").replace("_", "").strip().rstrip("%"))
+    except ValueError:
+        raise PredictionError(_expected(spec, value)) from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise PredictionError(_expected(spec, value))
+    return number
+
+
+def _expected(spec: Spec, value) -> str:
+    if spec.kind == "size":
+        return f"expected a size such as '2 GiB', '2048 MiB' or a number of bytes; got {value!r}"
+    return f"expected a number{' of ' + spec.unit if spec.unit else ''}; got {value!r}"
+
+
+def show_value(spec: Spec, value) -> str:
+    from gpumemlab.units import format_size
+
+    if value is None:
+        return "nothing"
+    if spec.kind == "size":
+        return format_size(int(value))
+    if spec.kind == "number":
+        shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
+        return shown + (f" {spec.unit}" if spec.unit else "")
+    return str(value)
+
+
+def compare(spec: Spec, predicted, actual) -> Reveal:
+    """Word how ``predicted`` compares with ``actual`` (no printing, no state)."""
+    shown = show_value(spec, actual)
+    if predicted is None:
+        return Reveal(spec.id, actual, None, "none",
+                      f"{spec.id}: the answer is {shown}. (No prediction recorded: predict in the "
+                      f"cell above, or gml.predict.answer({spec.id!r}, ...), then re-run this.)")
+    guess = show_value(spec, predicted)
+    if spec.kind == "choice":
+        right = str(predicted) == str(actual)
+        return Reveal(spec.id, actual, predicted, "right" if right else "wrong",
+                      f"{spec.id}: you predicted {guess}; the answer is {shown}: "
+                      f"{'right.' if right else 'not this time.'}")
+    if actual == 0:
+        exact = predicted == 0
+        ratio = None
+    else:
+        ratio = predicted / actual
+        exact = abs(ratio - 1) < 1e-9
+    if exact:
+        verdict, how = "exact", "exactly right."
+    elif ratio is not None and abs(ratio - 1) <= CLOSE:
+        verdict, how = "close", f"close: {100 * abs(ratio - 1):.1f} % " + \
+            ("over." if ratio > 1 else "under.")
+    elif ratio is not None and ratio > 0:
+        factor = ratio if ratio > 1 else 1 / ratio
+        verdict, how = "off", f"off by a factor of {factor:.2f} ({'too high' if ratio > 1 else 'too low'})."
+    else:
+        verdict, how = "off", f"off by {show_value(spec, abs(predicted - actual))}."
+    return Reveal(spec.id, actual, predicted, verdict,
+                  f"{spec.id}: you predicted {guess}; the simulator gives {shown}: {how}", ratio)
+
+
+class Predictions:
+    """``gml.predict``: declare a prediction cell; ``gml.predict.answer`` / ``.reveal``."""
+
+    def __init__(self, progress_path=None):
+        self._progress_path = progress_path
+        self._specs = {}
+
+    def progress(self) -> Progress:
+        return Progress(self._progress_path)
+
+    def __call__(self, prediction_id: str, question: str, *, kind: str = None, choices=None,
+                 unit: str = ""):
+        """Ask ``question``. ``kind`` is "size" (default), "number" or "choice" (implied by
+        ``choices``). Returns the widget view, or None headless (after printing the question)."""
+        spec = self._declare(prediction_id, question, kind, choices, unit)
+        from .core import _widgets_available
+
+        if os.environ.get("GPUMEMLAB_HEADLESS") or not _widgets_available():
+            print(self.text(spec.id))
+            return None
+        from .predict_view import PredictView
+
+        return PredictView(self, spec)
+
+    def _declare(self, prediction_id, question, kind, choices, unit) -> Spec:
+        if not isinstance(prediction_id, str) or "." not in prediction_id:
+            raise ValueError(f"prediction ids look like '01.p1', got {prediction_id!r}")
+        kind = kind or ("choice" if choices else "size")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+        if kind == "choice" and not choices:
+            raise ValueError("a choice prediction needs choices=[...]")
+        spec = Spec(prediction_id, str(question), kind, tuple(choices or ()), unit)
+        self._specs[spec.id] = spec
+        return spec
+
+    def spec(self, prediction_id: str, actual=None) -> Spec:
+        """The declared question, or one guessed from the progress file or ``actual``."""
+        if prediction_id in self._specs:
+            return self._specs[prediction_id]
+        entry = self.progress().prediction(prediction_id) or {}
+        kind = entry.get("kind") or ("choice" if isinstance(actual, str) else "number")
+        return Spec(prediction_id, entry.get("question", ""), kind, tuple(entry.get("choices", ())),
+                    entry.get("unit", ""))
+
+    def text(self, prediction_id: str) -> str:
+        spec = self.spec(prediction_id)
+        lines = [f"Predict {spec.id}: {spec.question}"]
+        if spec.kind == "choice":
+            lines += [f"  {'abcdefgh'[i]}) {c}" for i, c in enumerate(spec.choices)]
+        entry = self.progress().prediction(spec.id)
+        if entry and entry.get("value") is not None:
+            lines.append(f"Your prediction: {show_value(spec, entry['value'])}.")
+        else:
+            example = {"size": "'2 GiB'", "number": "3", "choice": "'a'"}[spec.kind]
+            lines.append(f"(Answer in code: gml.predict.answer({spec.id!r}, {example}); "
+                         f"the reveal below runs either way.)")
+        return "\n".join(lines)
+
+    def record(self, prediction_id: str, value) -> str:
+        """Store ``value`` as the prediction; return the one-line feedback (never raises for a
+        bad value: the line says what was expected, and the earlier prediction is kept)."""
+        spec = self.spec(prediction_id)
+        try:
+            parsed = parse_prediction(spec, value)
+        except PredictionError as exc:
+            return f"? {exc}"
+        if isinstance(parsed, float) and parsed.is_integer():
+            parsed = int(parsed)
+        progress = self.progress()
+        attempts = (progress.prediction(spec.id) or {}).get("attempts", 0) + 1
+        progress.record_prediction(spec.id, value=parsed, text=str(value), kind=spec.kind,
+                                   question=spec.question, choices=list(spec.choices),
+                                   unit=spec.unit, attempts=attempts)
+        return f"Saved: you predict {show_value(spec, parsed)}. Run on; the reveal will compare."
+
+    def answer(self, prediction_id: str, value) -> None:
+        """Predict in code (the widget's text box does the same)."""
+        print(self.record(prediction_id, value))
+
+    def judge(self, prediction_id: str, actual) -> Reveal:
+        """Compare the stored prediction with ``actual`` and record the outcome."""
+        spec = self.spec(prediction_id, actual)
+        if spec.kind == "size" and not isinstance(actual, int):
+            actual = int(actual)
+        progress = self.progress()
+        entry = progress.prediction(spec.id) or {}
+        result = compare(spec, entry.get("value"), actual)
+        if entry.get("value") is not None:
+            progress.record_prediction(spec.id, actual=actual, verdict=result.verdict)
+        return result
+
+    def reveal(self, prediction_id: str, actual) -> None:
+        """Print the measured answer and how close the prediction was."""
+        print(self.judge(prediction_id, actual).text)
+
+    def reset(self, notebook=None) -> None:
+        prefix = "" if notebook is None else f"{str(notebook).zfill(2)}."
+        self.progress().reset(prefix, tables=("predictions",))
+
+    def __repr__(self):
+        return ("gml.predict: gml.predict('01.p1', 'question') asks, "
+                "gml.reveal('01.p1', measured) compares")
+
+
+__all__ = ["Predictions", "Spec", "Reveal", "PredictionError", "compare", "parse_prediction"]

@@ -1,0 +1,157 @@
+"""Live what-if controls (``gml.whatif``): dropdowns and sliders for the allocator setting, the card
+size, the batch size... that re-run a workload (or replay a recording) and redraw its block map
+and memory timeline in place, in one image.
+
+    gml.whatif(lambda alloc_conf, total_memory: run_workload(alloc_conf, total_memory),
+               alloc_conf=["", "expandable_segments:True"], total_memory=["8GiB", "16GiB"])
+    gml.whatif(snapshot, alloc_conf=["", "max_split_size_mb:512"])   # a recording: gml.replay
+
+Each control is a list of options (a ``Dropdown`` for text, a ``SelectionSlider`` for numbers);
+every change calls the workload with the chosen values, as keyword arguments. The workload returns
+anything the block map and the timeline read (a device with history, a snapshot, a replay
+result). The figure is a matplotlib ``Figure`` drawn with Agg into an ``ipywidgets.Image`` with a
+text line under it: no ``Output`` widget, nothing leaks into cell output headless. Results are
+kept per combination of values, so going back to a setting redraws without re-running.
+``update(**values)`` does what a control change does (tests, benchmarks); ``last_ms`` is the time
+the last update took. The MIME bundle carries the current figure as PNG and HTML too
+(``gpumemlab.viz.static``). Headless (``GPUMEMLAB_HEADLESS``) no widget is made: the object shows
+the figure of the first values, with a line naming the choices.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+
+def whatif(workload, *, title=None, dpi: int = 72, **controls) -> "WhatIf":
+    """Controls over ``workload`` (a callable taking the control names as keyword arguments, or a
+    recording to replay with ``alloc_conf`` / ``total_memory``)."""
+    return WhatIf(workload, title=title, dpi=dpi, **controls)
+
+
+class WhatIf:
+    def __init__(self, workload, *, title=None, dpi=72, **controls):
+        if not controls:
+            raise ValueError("give at least one control, e.g. alloc_conf=['', "
+                             "'expandable_segments:True']")
+        for name, options in controls.items():
+            if not isinstance(options, (list, tuple)) or not options:
+                raise ValueError(f"control {name!r} needs a non-empty list of options")
+        self.controls = {k: list(v) for k, v in controls.items()}
+        self.workload = workload if callable(workload) else _replayer(workload)
+        self.title, self.dpi = title, dpi
+        self.values = {k: v[0] for k, v in self.controls.items()}
+        self._cache, self.last_ms, self.png, self.line = {}, None, b"", ""
+        self.widget = None if os.environ.get("GPUMEMLAB_HEADLESS") else self._build_widgets()
+        self.update()
+
+    def result(self, **values):
+        """The workload's result for ``values`` (cached per combination)."""
+        key = tuple((k, repr(values[k])) for k in sorted(values))
+        if key not in self._cache:
+            self._cache[key] = self.workload(**values)
+        return self._cache[key]
+
+    def update(self, **values) -> "WhatIf":
+        """Re-run with ``values`` changed (the others kept) and redraw."""
+        unknown = set(values) - set(self.controls)
+        if unknown:
+            raise ValueError(f"unknown control(s) {sorted(unknown)}; known: "
+                             f"{', '.join(self.controls)}")
+        start = time.perf_counter()
+        self.values.update(values)
+        try:
+            source = self.result(**self.values)
+            self.png, self.line = self._draw(source), _summary(source)
+        except Exception as exc:  # a workload that breaks under one setting: say so, stay live
+            self.line = f"this combination could not be drawn: {type(exc).__name__}: {exc}"
+        self.last_ms = 1000 * (time.perf_counter() - start)
+        if self.widget is not None:
+            self.image.value = self.png
+            from html import escape
+            self.text.value = f"<b>{escape(self._choice())}</b>: {escape(self.line)}"
+        return self
+
+    def _choice(self) -> str:
+        return ", ".join(f"{k}={_show(v)}" for k, v in self.values.items())
+
+    def _draw(self, source) -> bytes:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from .blockmap import show
+        from .history import History
+        from .memory_timeline import draw_timeline, timeline_data
+        figure = Figure(figsize=(10, 6.6), dpi=self.dpi, layout="constrained")
+        canvas = FigureCanvasAgg(figure)
+        top, bottom = figure.subplots(2, 1, height_ratios=(1.2, 1))
+        # the block map at the moment most memory is in use: the end of a run has often freed all
+        history = History(source)
+        data = timeline_data(history, label=self._choice())
+        peak = max(range(len(data["event"])), key=data["allocated_bytes"].__getitem__) \
+            if data["event"] else -1
+        history.goto(peak)
+        name = (self.title + ": " if self.title else "") + self._choice()
+        show(history.snapshot(), ax=top, title=f"{name}, at event {peak} (peak allocated)")
+        draw_timeline(bottom, [data], cursor=peak if peak >= 0 else None)
+        canvas.draw()
+        from .live_player import _png
+        return _png(canvas)
+
+    def _build_widgets(self):
+        import ipywidgets as w
+        self.inputs = {}
+        for name, options in self.controls.items():
+            labels = [(_show(o), o) for o in options]
+            if all(isinstance(o, (int, float)) and not isinstance(o, bool) for o in options):
+                field = w.SelectionSlider(options=labels, value=options[0], description=name,
+                                          continuous_update=False)
+            else:
+                field = w.Dropdown(options=labels, value=options[0], description=name)
+            field.observe(lambda change, n=name: self.update(**{n: change["new"]}),
+                          names="value")
+            self.inputs[name] = field
+        self.image = w.Image(format="png")
+        self.text = w.HTML()
+        return w.VBox([w.HBox(list(self.inputs.values())), self.text, self.image])
+
+    def _repr_mimebundle_(self, **kwargs):
+        from .static import escape, png_img, widget_bundle
+        choices = "; ".join(f"{k}: {', '.join(_show(o) for o in v)}"
+                            for k, v in self.controls.items())
+        head = f"what-if at {self._choice()}: {self.line}"
+        html = (f"<div><b>{escape(head)}</b><br>{png_img(self.png, alt=head)}<br>"
+                f"<small>choices: {escape(choices)}</small></div>")
+        data = widget_bundle(self.widget, html, head)
+        if self.png:
+            import base64
+            data["image/png"] = base64.b64encode(self.png).decode("ascii")
+        return data
+
+    def __repr__(self):
+        return f"<what-if at {self._choice()}>"
+
+
+def _show(value) -> str:
+    if isinstance(value, str):
+        return value or "defaults"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _summary(source) -> str:
+    from gpumemlab.units import format_size
+    from .memory_timeline import timeline_data
+    data = timeline_data(source)
+    ooms = sum(1 for a in data["action"] if a == "oom")
+    peak_r = max(data["reserved_bytes"], default=0)
+    peak_a = max(data["allocated_bytes"], default=0)
+    text = f"peak reserved {format_size(peak_r)}, peak allocated {format_size(peak_a)}"
+    if data.get("total_memory"):
+        text += f" on a {format_size(data['total_memory'])} card"
+    return text + (f"; {ooms} out-of-memory error(s)" if ooms else "; no out-of-memory error")
+
+
+def _replayer(recording):
+    def run(alloc_conf=None, total_memory=None):
+        from gpumemlab.recordings.replay import replay
+        return replay(recording, alloc_conf=alloc_conf, total_memory=total_memory)
+    return run

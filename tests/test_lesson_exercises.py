@@ -1,0 +1,68 @@
+"""Lesson exercises: every registered exercise's stub fails with a message, a right answer found
+by the simulator passes, malformed or raising answers become failed verdicts (never exceptions),
+verdicts are plain JSON both ways (the grader's path), and the hint ladder grows per attempt."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpumemlab.quizkit.exercise_cells import Exercises
+from gpumemlab.quizkit.lesson_exercises import all_exercises, judge, judge_json
+from gpumemlab.units import MiB
+
+# one right answer per exercise, checked by the judge itself (the simulator), not by this table
+RIGHT = {
+    "01.ex": ["2 MiB", "3 MiB", 4 * MiB],
+    "05.ex": "max_split_size_mb:512",
+}
+
+
+@pytest.fixture
+def ex(tmp_path):
+    return Exercises(tmp_path / "progress.json")
+
+
+@pytest.mark.parametrize("exercise", all_exercises(), ids=lambda e: e.id)
+def test_the_stub_fails_clearly_and_a_right_answer_passes(exercise):
+    stub = judge(exercise.id, exercise.stub)
+    assert not stub.passed and stub.message
+    assert exercise.hints and exercise.task and exercise.expects
+    assert exercise.id in RIGHT, f"add a right answer for {exercise.id} to RIGHT"
+    assert judge(exercise.id, RIGHT[exercise.id]).passed
+
+
+@pytest.mark.parametrize("exercise", all_exercises(), ids=lambda e: e.id)
+@pytest.mark.parametrize("bad", [object(), {"x": {1, 2}}, [None] * 3, "no:such", -5, 1e300])
+def test_malformed_answers_are_failed_verdicts(exercise, bad):
+    verdict = judge(exercise.id, bad)
+    assert verdict.passed is False and verdict.message
+
+
+def test_the_grader_path_is_plain_json():
+    out = judge_json("05.ex", json.dumps("max_split_size_mb:512"))
+    assert json.loads(json.dumps(out)) == out and out["passed"] is True
+    assert out["figures"]["settings"] == 1
+    assert judge_json("05.ex", "{not json")["passed"] is False
+    two = judge("05.ex", "max_split_size_mb:512,expandable_segments:True")
+    assert not two.passed and "2 settings" in two.message
+
+
+def test_hint_ladder_and_raising_answers(ex, capsys):
+    ex.check("05.ex", "")
+    first = capsys.readouterr().out
+    assert first.startswith("✗ 05.ex not yet: under the defaults ('') the second 6 GiB")
+    assert "Hint 1/3" in first and "Hint 2/3" not in first
+    ex.check("05.ex", lambda: 1 / 0)
+    second = capsys.readouterr().out
+    assert "your code raised ZeroDivisionError: division by zero" in second
+    assert "Hint 2/3" in second
+    ex.check("05.ex", "max_split_size_mb:10")
+    assert "c10 would refuse 'max_split_size_mb:10'" in capsys.readouterr().out
+    ex.check("05.ex", RIGHT["05.ex"])
+    assert capsys.readouterr().out.startswith("✓ 05.ex solved")
+    assert ex.progress().exercise("05.ex") == {"attempts": 4, "passed": True,
+                                               "solved_at_attempt": 4}
+    with pytest.raises(AssertionError, match="second 6 GiB"):
+        ex.assert_passes("05.ex", "")
+    ex.assert_passes("05.ex", RIGHT["05.ex"])

@@ -1,0 +1,100 @@
+"""Predict cells: parsing (sizes with units, numbers, choices), one-line errors, the reveal's
+verdicts, progress storage across instances, headless printing, the widget view and its static
+fallback."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpumemlab.quizkit.predict import Predictions, Spec, compare, parse_prediction
+from gpumemlab.units import GiB, MiB
+
+
+@pytest.fixture
+def predict(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUMEMLAB_HEADLESS", "1")
+    return Predictions(tmp_path / "progress.json")
+
+
+SIZE = Spec("01.p1", "reserved?", "size")
+
+
+@pytest.mark.parametrize("text,want", [("2 GiB", 2 * GiB), ("2048 MiB", 2 * GiB), ("512", 512),
+                                        (" 20MiB ", 20 * MiB), ("1.5 MiB", 3 * MiB // 2),
+                                        ("1.9 MiB", round(1.9 * MiB)), (4096, 4096)])
+def test_sizes_accept_units(text, want):
+    assert parse_prediction(SIZE, text) == want
+
+
+def test_bad_predictions_get_one_line_and_keep_the_old_one(predict, capsys):
+    predict("01.p1", "reserved?")
+    predict.answer("01.p1", "2 MiB")
+    capsys.readouterr()
+    for bad in ("two", "5 parsecs", "", True, None, [1]):
+        predict.answer("01.p1", bad)
+        out = capsys.readouterr().out
+        assert out.startswith("? expected a size") and out.count("\n") == 1, out
+    assert predict.progress().prediction("01.p1")["value"] == 2 * MiB
+    predict("02.p1", "segments?", kind="number", unit="segments")
+    capsys.readouterr()
+    predict.answer("02.p1", "three")
+    assert capsys.readouterr().out == "? expected a number of segments; got 'three'\n"
+    predict("05.p1", "which?", choices=["defaults", "max_split_size_mb:512"])
+    capsys.readouterr()
+    predict.answer("05.p1", "c")
+    assert "expected one of a) defaults, b) max_split_size_mb:512" in capsys.readouterr().out
+
+
+def test_reveal_says_how_close(predict):
+    predict("01.p1", "reserved?")
+    assert predict.judge("01.p1", 2 * MiB).verdict == "none"
+    predict.record("01.p1", "2 MiB")
+    assert predict.judge("01.p1", 2 * MiB).verdict == "exact"
+    predict.record("01.p1", "2.1 MiB")
+    r = predict.judge("01.p1", 2 * MiB)
+    assert r.verdict == "close" and "5.0 % over" in r.text
+    predict.record("01.p1", "20 MiB")
+    r = predict.judge("01.p1", 2 * MiB)
+    assert r.verdict == "off" and "factor of 10.00 (too high)" in r.text
+    assert r.text.startswith("01.p1: you predicted 20.00 MiB; the simulator gives 2.00 MiB")
+    predict("05.p1", "which?", choices=["defaults", "max_split_size_mb:512"])
+    predict.record("05.p1", "a")
+    assert predict.judge("05.p1", "defaults").verdict == "right"
+    assert predict.judge("05.p1", "max_split_size_mb:512").verdict == "wrong"
+    assert compare(Spec("x.1", "", "number"), 3, 0).text.endswith("off by 3.")
+
+
+def test_predictions_are_kept_in_the_progress_file(predict, tmp_path):
+    predict("03.p2", "largest free block?")
+    predict.record("03.p2", "36 MiB")
+    again = Predictions(tmp_path / "progress.json")       # a new kernel: nothing declared
+    r = again.judge("03.p2", 36 * MiB)
+    assert r.verdict == "exact" and "36.00 MiB" in r.text
+    data = json.loads((tmp_path / "progress.json").read_text())
+    entry = data["predictions"]["03.p2"]
+    assert entry["value"] == 36 * MiB and entry["text"] == "36 MiB" and entry["verdict"] == "exact"
+    predict.reset("03")
+    assert predict.progress().prediction("03.p2") is None
+
+
+def test_headless_prints_the_question_and_moves_on(predict, capsys):
+    assert predict("01.p2", "How many cudaMalloc calls?", kind="number") is None
+    out = capsys.readouterr().out
+    assert out.startswith("Predict 01.p2: How many cudaMalloc calls?")
+    assert "gml.predict.answer('01.p2', 3)" in out
+
+
+def test_widget_view_records_through_the_same_model(predict, monkeypatch):
+    pytest.importorskip("ipywidgets")
+    from gpumemlab.quizkit.predict_view import PredictView
+
+    view = PredictView(predict, predict._declare("04.p1", "reserved after empty_cache?", None,
+                                                 None, ""))
+    assert view.submit("lots").startswith("? expected a size")
+    assert view.submit("4 MiB").startswith("Saved: you predict 4.00 MiB")
+    bundle = view._repr_mimebundle_()
+    assert bundle["text/plain"] == "Predict 04.p1: reserved after empty_cache?"
+    assert "reserved after empty_cache?" in bundle["text/html"]
+    assert "Your prediction: 4.00 MiB" in bundle["text/html"]
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
