@@ -73,9 +73,13 @@ def lab():
 
 def test_lab_serves_the_notebooks(lab):
     status, body = _get(f"{lab}/api/contents?token={TOKEN}")
-    names = sorted(item["name"] for item in json.loads(body)["content"])
+    items = json.loads(body)["content"]
+    notebooks = sorted(i["name"] for i in items if i["type"] == "notebook")
     expected = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
-    assert status == 200 and names == expected and len(names) == 10
+    sources = sorted(p.name for p in (ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+    assert status == 200 and notebooks == expected and len(notebooks) == len(sources) >= 10
+    # beside the lessons, only their sources' folder
+    assert sorted(i["name"] for i in items if i["type"] != "notebook") == ["src"]
     status, page = _get(f"{lab}/lab?token={TOKEN}")
     assert status == 200 and b"JupyterLab" in page
     status, body = _get(f"{lab}/api/kernelspecs?token={TOKEN}")
