@@ -1,4 +1,4 @@
-"""Known answers derived from c10/cuda/CUDACachingAllocator.cpp (ALLOCATOR_SPEC.md §10), each
+"""Known answers derived from c10/cuda/CUDACachingAllocator.cpp (docs/ALLOCATOR.md walks through it), each
 with its reasoning. A fresh simulated device, default settings, one stream unless stated."""
 import pytest
 

@@ -4,7 +4,7 @@
   largest live allocations with their frames.
 * ``verify SNAPSHOT``: replay every device trace under the recorded settings; exit 0 only when
   every allocation address (and segment release) was reproduced on every device
-  (ALLOCATOR_SPEC.md §9). ``--device N`` replays one.
+  (docs/REPLAY.md). ``--device N`` replays one.
 * ``replay SNAPSHOT --alloc-conf STR [--total-memory SIZE]``: what-if table, recorded settings
   first, then each alternative.
 

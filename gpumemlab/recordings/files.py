@@ -1,7 +1,7 @@
 """Snapshot files: safe loading, layout normalisation and dumping.
 
 Models the files written by ``torch.cuda.memory._dump_snapshot`` (a pickle of
-``torch.cuda.memory._snapshot()``, see ALLOCATOR_SPEC.md §7) and their JSON equivalent.
+``torch.cuda.memory._snapshot()``, see docs/ALLOCATOR.md#snapshot-format) and their JSON equivalent.
 
 A snapshot file is untrusted input: someone may hand a learner a "production snapshot". Loading
 therefore uses a restricted unpickler that refuses every global (snapshots hold only dicts, lists,

@@ -1,6 +1,6 @@
 """Replay a recorded allocation trace on the allocator model, as recorded or under other settings.
 
-Follows ALLOCATOR_SPEC.md §9. The source is a snapshot with history (a dict, or a file that
+The method is described in docs/REPLAY.md. The source is a snapshot with history (a dict, or a file that
 ``load_snapshot`` reads: ``torch.cuda.memory._dump_snapshot`` output) or a ``Capture``.
 
 * **Faithful replay** (``alloc_conf=None``, a snapshot): the start state is rebuilt

@@ -1,4 +1,4 @@
-"""Rebuild the allocator state at the start of a recording (ALLOCATOR_SPEC.md §9, step 1).
+"""Rebuild the allocator state at the start of a recording (docs/REPLAY.md, step 1).
 
 A recording made with ``torch.cuda.memory._record_memory_history(enabled="all")`` usually begins
 in the middle of a run: segments and live tensors from before recording began are in the final

@@ -270,7 +270,7 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
     held = (f"the {pool} pool has {format_size(sum(free))} free but its largest block is "
             f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
     if rules.expandable:
-        # expandable segments grow by mapping pages of the rounded request (ALLOCATOR_SPEC §5)
+        # expandable segments map pages of the rounded request (c10 try_allocate_expandable_block)
         page = K_SMALL_BUFFER if pool == "small" else K_LARGE_BUFFER
         grow = -(-rounded // page) * page
         return (f"a {format_size(request)} request fits no cached free block: {held}, so the "

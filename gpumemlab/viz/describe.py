@@ -1,7 +1,7 @@
 """One trace entry told in words: what happened, where, and why.
 
 "alloc 2.00 GiB at seg 3 +512.00 MiB: no cached free block large enough, cudaMalloc of a new
-2.00 GiB segment". The 'why' follows c10's malloc chain (ALLOCATOR_SPEC.md §3): a
+2.00 GiB segment". The 'why' follows c10's malloc chain (docs/ALLOCATOR.md#malloc-in-order): a
 ``segment_alloc`` right before an ``alloc`` at the same address means the cached-block search
 failed; an ``alloc`` alone means a cached free block was reused (split if big enough).
 """

@@ -7,7 +7,7 @@ walking forwards re-applies the entries at their recorded addresses. No allocato
 entries say where every block went. The trace does not record block sizes (an ``alloc`` entry
 holds the caller's unrounded size), so sizes come from the final snapshot where the block
 survives, and otherwise from c10's rounding and ``should_split`` rules applied to the free gap the
-block was cut from (ALLOCATOR_SPEC.md §2).
+block was cut from (docs/ALLOCATOR.md#splitting-and-merging).
 
 Stepping is incremental: ``goto(k + 1)`` applies one entry; a far jump starts from the nearest of
 a few hundred checkpoints saved during the single forward pass that also computes the per-event

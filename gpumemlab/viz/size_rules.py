@@ -6,7 +6,7 @@ need PyTorch's size arithmetic. These follow c10/cuda/CUDACachingAllocator.cpp
 (``DeviceCachingAllocator::round_size``, ``get_pool``, ``get_allocation_size``,
 ``should_split``, ``roundup_power2_next_division``) and read their settings from a snapshot's
 ``allocator_settings`` dict, so a real recording made under ``roundup_power2_divisions`` or
-``max_split_size_mb`` is read with its own rules. See ALLOCATOR_SPEC.md §1-§2.
+``max_split_size_mb`` is read with its own rules. See docs/ALLOCATOR.md#sizes-and-pools.
 
 The arithmetic itself is the allocator model's (``gpumemlab.allocator.rounding``, standard
 library only): views share the model's pure size functions but never its state.
