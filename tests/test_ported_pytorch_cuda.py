@@ -9,6 +9,8 @@ Each test is rewritten, not copied: a CUDA tensor of ``n`` float32 elements beco
 ``gpu.empty(4 * n)``; ``torch.cuda.<fn>`` becomes ``gpu.<fn>``; "another stream" is a stream
 number; the device's total memory is the SimulatedGPU's ``total_memory``. The original's
 assertions and numbers are kept unless the docstring says what was adapted and why.
+test_memory_plots_metadata (``set_memory_metadata``) and test_memory_snapshot_skip_actions
+(``record_memory_history(skip_actions=...)``) are ported in tests/test_ported_pytorch.py.
 
 Not portable (skipped, with the reason):
 
@@ -33,12 +35,10 @@ Not portable (skipped, with the reason):
   TorchScript frames do not exist in the simulator (only Python frames are recorded).
 - test_memory_profiler_viz, test_cycles, test_memory_compile_regions,
   TestFXMemoryProfiler: need the profiler / torch.compile / tensor reference cycles.
-- test_memory_plots_metadata (_set_memory_metadata) and test_memory_snapshot_skip_actions
-  (skip_actions=): the facade has no equivalent API yet (see the helper's report).
 - AllocatorConfig_test's ``device_specific_option_mb`` key: it exists only through the test's
   REGISTER_ALLOCATOR_CONFIG_PARSE_HOOK (an extension point the model does not have), so the
   port leaves that key out of the first string.
-- test_memory_stats_multigpu and the multi-device tests of test_cuda_multigpu.py: one
+- test_memory_stats_multigpu and the multi-device tests of test/test_cuda_multigpu.py: one
   SimulatedGPU is one device.
 - test_out_of_memory's and test_set_per_process_memory_fraction's "kernel still works" checks
   (tensor.fill_): no kernels; replaced by "the device still allocates".

@@ -1,7 +1,7 @@
 """Authoring helper: turn a clear draft into the sealed bank learners receive.
 
-    python -m gpumemlab.quizkit.author seal draft.yaml > quizzes/02_fragmentation.yaml
-    python -m gpumemlab.quizkit.author unseal quizzes/02_fragmentation.yaml > draft.yaml
+    python -m gpumemlab.quizkit.author seal DRAFT.yaml > quizzes/02_fragmentation.yaml
+    python -m gpumemlab.quizkit.author unseal quizzes/02_fragmentation.yaml > DRAFT.yaml
     python -m gpumemlab.quizkit.author check quizzes/         # validate; fail on plain fields
     python -m gpumemlab.quizkit.author hash 02.3 b            # prints salt and hash lines
 

@@ -20,8 +20,9 @@ form; ``Question.explanation``, ``Question.shown_hints(n)`` and ``Question.optio
 decode only when the text is about to be shown. Plain fields are still accepted, for authors'
 drafts; ``plain_fields(question)`` lists them, and ``author seal`` turns them into sealed ones.
 
-Banks are found in ``$GPUMEMLAB_QUIZZES``, else ``<repo>/quizzes`` next to the package, else
-``gpumemlab/quizkit/banks`` inside an installed package.
+Banks are found in ``$GPUMEMLAB_QUIZZES``, else in the checkout's top-level ``quizzes/`` (beside
+the ``gpumemlab/`` package: a clone or an editable install), else in the ``banks`` folder beside
+this module, where an installed wheel has them (setup.py maps ``quizzes/`` there).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""On a CUDA machine: record each scenario's real snapshot into tests/fixtures/snapshots/cuda_*.pickle.
+"""On a CUDA machine: record each scenario's real snapshot into tests/fixtures/snapshots/
+(one cuda_<scenario>.pickle each).
 
     python tests/gpu/record_fixtures.py
 """
