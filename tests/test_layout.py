@@ -117,3 +117,10 @@ def test_no_import_cycle_between_modules():
         if node not in state:
             visit(node, [node])
     assert not cycles, cycles
+
+
+def test_no_module_over_400_lines():
+    """Small files, one idea each: every module of the package fits in 400 lines."""
+    long = {name: n for name, path in modules().items()
+            if (n := len(path.read_text().splitlines())) > 400}
+    assert not long, long

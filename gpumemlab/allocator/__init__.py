@@ -8,7 +8,7 @@ from .config import (ENV_VARS, AllocatorConfig, AllocatorConfigError, alloc_conf
                      parse_alloc_conf)
 from .constants import (K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,
                         K_SMALL_BUFFER, K_SMALL_SIZE, ONE_EXA_BYTES, PYTORCH_REF, SIZE_MAX)
-from .driver import AddressInUseError, CudaDriver
+from .driver import AddressInUseError, CudaDriver, CudaError
 from .invariants import InvariantError, check_invariants
 from .oom import OutOfMemoryError
 from .rounding import get_allocation_size, round_size, roundup_power2_next_division
@@ -19,7 +19,7 @@ __all__ = [
     "Block", "BlockPool", "AllocParams", "DeviceCachingAllocator", "ENV_VARS", "AllocatorConfig",
     "AllocatorConfigError", "alloc_conf_from_environ", "parse_alloc_conf", "K_LARGE_BUFFER",
     "K_MIN_BLOCK_SIZE", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE", "K_SMALL_BUFFER", "K_SMALL_SIZE",
-    "ONE_EXA_BYTES", "PYTORCH_REF", "SIZE_MAX", "AddressInUseError", "CudaDriver", "InvariantError",
+    "ONE_EXA_BYTES", "PYTORCH_REF", "SIZE_MAX", "AddressInUseError", "CudaDriver", "CudaError", "InvariantError",
     "check_invariants", "OutOfMemoryError", "get_allocation_size", "round_size",
     "roundup_power2_next_division", "format_size", "memory_summary",
 ]

@@ -68,13 +68,14 @@ class Block:
 class BlockPool:
     """Free blocks of one pool (small or large), ordered like c10's ``std::set`` comparators."""
 
-    __slots__ = ("is_small", "stat_types", "keys", "by_ptr", "unmapped_keys", "unmapped_by_ptr",
-                 "get_free_blocks_call_count", "owner_private_pool")
+    __slots__ = ("is_small", "stat_types", "stats", "keys", "by_ptr", "unmapped_keys",
+                 "unmapped_by_ptr", "get_free_blocks_call_count", "owner_private_pool")
 
     def __init__(self, is_small: bool):
         self.is_small = is_small
         # c10 get_stat_types_for_pool: the aggregate plus this pool's own StatType
         self.stat_types = (AGGREGATE, SMALL_POOL if is_small else LARGE_POOL)
+        self.stats = None  # its allocator's SelectedStats for stat_types, set by the allocator
         self.keys = []  # sorted (stream, size, ptr) of free mapped blocks
         self.by_ptr = {}  # ptr -> Block for the blocks in `keys`
         self.unmapped_keys = []  # sorted (stream, ptr) of unmapped expandable space
@@ -96,6 +97,11 @@ class BlockPool:
             raise AssertionError(f"{block!r} is not in the free pool")
         del self.keys[i]
         del self.by_ptr[block.ptr]
+
+    def erase_at(self, i: int) -> None:
+        """Erase the block at comparator position ``i`` (a ``lower_bound`` result)."""
+        key = self.keys.pop(i)
+        del self.by_ptr[key[2]]
 
     def contains(self, block: Block) -> bool:
         return self.by_ptr.get(block.ptr) is block

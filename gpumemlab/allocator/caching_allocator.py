@@ -2,9 +2,13 @@
 
 Follows c10/cuda/CUDACachingAllocator.cpp function by function, with c10's names:
 ``malloc`` (the fallback chain), ``get_free_block``, ``should_split``, ``alloc_block``,
-``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. Streams and events
-(``record_stream``) are in ``events.py``; releasing memory (``release_cached_blocks`` and friends)
-in ``release.py``; expandable segments in ``expandable_blocks.py``; snapshots in ``snapshot.py``.
+``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. The other parts of
+c10's ``DeviceCachingAllocator`` are mixins, each declaring the attributes it uses: history
+(``record_trace``) in ``history.py``, streams and events (``record_stream``) in ``events.py``,
+releasing memory (``release_cached_blocks`` and friends) in ``release.py``, expandable segments
+in ``expandable_blocks.py``, snapshots in ``snapshot.py``, run-time settings in
+``runtime_settings.py``. The size rules (oversize blocks, splitting) are in ``fit.py``, and
+statistics are updated through ``stats.update_stat_array`` (c10 ``for_each_selected_stat_type``).
 
 The model is a pure state machine: no clock, no randomness, no I/O. Streams are integers
 (0 is the default stream). Events recorded by ``record_stream`` complete the next time the
@@ -18,17 +22,20 @@ import sys
 from . import trace as tr
 from .block import Block, BlockPool
 from .config import AllocatorConfig
-from .constants import K_MIN_BLOCK_SIZE, K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
-from .sizes import format_size
+from .constants import K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
 from .driver import CudaDriver
 from .events import EventsMixin, _check_stream
 from .expandable_blocks import ExpandableOpsMixin
+from .fit import oversize_allows, should_split
+from .history import HistoryMixin
+from .invariants import check_invariants
 from .oom import EXA_MESSAGE, OutOfMemoryError, oom_message
 from .release import ReleaseMixin
-from .runtime_settings import SettingsMixin
 from .rounding import get_allocation_size, round_size
+from .runtime_settings import SettingsMixin
+from .sizes import format_size
 from .snapshot import SnapshotMixin
-from .stats import DeviceStats, max_split_size_stat, stat_types_for
+from .stats import DeviceStats, SelectedStats, max_split_size_stat, update_stat_array
 
 
 class AllocParams:
@@ -44,7 +51,7 @@ class AllocParams:
         self.alloc_size = alloc_size  # segment size if a new one is needed
         self.block = None
         self.err = None
-        self.stat_types = pool.stat_types  # get_stat_types_for_pool
+        self.stat_types = pool.stats  # get_stat_types_for_pool, as the selected Stats
 
 
 def _check_size(value, name):
@@ -54,8 +61,8 @@ def _check_size(value, name):
         raise ValueError(f"{name} must not be negative, got {value}")
 
 
-class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, ExpandableOpsMixin,
-                             SnapshotMixin):
+class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMixin,
+                             ExpandableOpsMixin, SnapshotMixin):
     """The caching allocator of one (simulated) device."""
 
     def __init__(self, total_memory: int, config: AllocatorConfig | None = None, device: int = 0,
@@ -65,65 +72,22 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         _check_size(other_memory, "other_memory")
         if other_memory >= total_memory:
             raise ValueError("other_memory (held outside the allocator) must be less than total_memory")
+        # The allocator core's own state; each mixin's _init_* sets the state that part owns.
         self.device = device
         self.driver = CudaDriver(total_memory, other_memory)
         self.config = config if config is not None else AllocatorConfig()
         self.stats = DeviceStats()
         self.stats.max_split_size = max_split_size_stat(self.config.max_split_size)
-        self._stat_groups = {is_small: self._make_stat_groups(is_small) for is_small in (False, True)}
         self.large_blocks = BlockPool(is_small=False)
         self.small_blocks = BlockPool(is_small=True)
+        for pool in (self.large_blocks, self.small_blocks):
+            pool.stats = SelectedStats(self.stats, pool.stat_types)
         self.active_blocks = {}  # ptr -> Block, allocated or pending free
-        self.cuda_events = {}  # stream -> list of blocks with an outstanding event there
         self.total_allocated_memory = 0  # reserved bytes, as c10 names it
-        self.allowed_memory_maximum = None  # no limit (newest c10: std::optional)
-        self.expandable_segments_ = []
-        self.alloc_buffer = tr.TraceRingBuffer(max_entries)
-        self.record_history = False
-        self.record_context_ = tr.NEVER
-        self.clock = 0
-        self.user_metadata = ""  # c10: the thread-local metadata set by _set_memory_metadata
-        self.skip_actions = frozenset()  # actions _record_memory_history(skip_actions=...) drops
-        self.oversize_stats_exact = True
-        self.record_history_settings(record_history, context=record_context, max_entries=max_entries)
-        # The per_process_memory_fraction setting is read once, when the allocator is built.
-        self.set_memory_fraction(self.config.per_process_memory_fraction)
-
-    def _make_stat_groups(self, is_small: bool) -> tuple:
-        """The (aggregate, pool) Stat pairs the hot paths update, looked up once."""
-        st = self.stats
-        t = 1 if is_small else 2  # SMALL_POOL / LARGE_POOL
-
-        def pair(*names):
-            return tuple(getattr(st, n)[i] for n in names for i in (0, t))
-
-        return (pair("allocation", "active"), pair("allocated_bytes", "active_bytes"),
-                pair("requested_bytes"), pair("allocation"), pair("allocated_bytes"),
-                pair("active"), pair("active_bytes"), pair("requested_bytes"))
-
-    # ------------------------------------------------------------------ tracing
-    def _gather(self, level: int, context):
-        """``maybeGatherContext``: keep the caller's frames only at this recording level."""
-        return context if self.record_context_ >= level else None
-
-    def record_trace(self, action, addr, size, stream, context) -> None:
-        if not self.record_history:
-            return
-        if self.skip_actions and action in self.skip_actions:
-            return
-        self.clock += 1
-        frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
-        entry = (action, addr, size, stream, self.clock, frames, self.user_metadata)
-        # TraceRingBuffer.insert, inlined: this is the hot path.
-        buf = self.alloc_buffer
-        entries = buf.entries
-        if len(entries) < buf.max_entries:
-            entries.append(entry)
-        else:  # full: overwrite the oldest entry
-            nxt = buf.next
-            entries[nxt] = entry
-            nxt += 1
-            buf.next = 0 if nxt == buf.max_entries else nxt
+        self._init_events()
+        self._init_expandable()
+        self._init_history(record_history, record_context, max_entries)
+        self._init_settings()
 
     # ------------------------------------------------------------------ malloc
     def get_pool(self, size: int, stream: int) -> BlockPool:
@@ -131,9 +95,7 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
 
     def malloc(self, orig_size: int, stream: int = 0, context=None) -> Block:
         """Allocate ``orig_size`` bytes on ``stream``; raises :class:`OutOfMemoryError`."""
-        if type(orig_size) is not int:  # noqa: E721  (fast path; bools and floats are rejected)
-            _check_size(orig_size, "size")
-        elif orig_size < 0:
+        if type(orig_size) is not int or orig_size < 0:  # noqa: E721  (bools and floats too)
             _check_size(orig_size, "size")
         if type(stream) is not int or stream < 0:  # noqa: E721
             _check_stream(stream)
@@ -144,11 +106,8 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         if self.cuda_events:
             self.process_events(context)
         config = self.config
-        if config.any_roundup:
-            size = round_size(orig_size, config)
-        else:  # round_size without roundup_power2_divisions, inlined
-            size = 512 if orig_size < 512 else (orig_size + 511) // 512 * 512
-        pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+        size = round_size(orig_size, config)
+        pool = self.get_pool(size, stream)
         alloc_size = get_allocation_size(size, config.large_segment_size)
         p = AllocParams(self.device, size, stream, pool, alloc_size)
 
@@ -222,23 +181,14 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
                 if i == len(keys) or keys[i][0] != stream:
                     return False
                 block = pool.block_at(i)
-        max_split_size = config.max_split_size
-        # Do not return an oversized block for a large request
-        if p.size < max_split_size and block.size >= max_split_size:
-            return False
-        # Allow oversized block size to be rounded up but within a limit
-        if p.size >= max_split_size and block.size >= p.size + config.max_non_split_rounding_size:
+        if not oversize_allows(block.size, p.size, config):
             return False
         p.block = block
-        del keys[i]
-        del pool.by_ptr[block.ptr]
+        pool.erase_at(i)
         return True
 
     def should_split(self, block: Block, size: int) -> bool:
-        remaining = block.size - size
-        if block.pool.is_small or self.config.expandable_segments:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return size < self.config.max_split_size and remaining > K_SMALL_SIZE
+        return should_split(block.pool.is_small, block.size, size, self.config)
 
     def alloc_block(self, p: AllocParams, is_retry: bool, context) -> bool:
         """Get new memory from the driver: a cudaMalloc'd segment or expandable pages."""
@@ -259,13 +209,11 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
             return False
         self.total_allocated_memory += size
         block = Block(p.device, p.stream, size, p.pool, ptr)
-        stats = self.stats
-        for t in p.stat_types:
-            stats.segment[t].increase(1)
-            stats.reserved_bytes[t].increase(size)
+        update_stat_array(p.stat_types.segment, 1)
+        update_stat_array(p.stat_types.reserved_bytes, size)
         if size >= self.config.max_split_size:
-            stats.oversize_segments.increase(1)
-        stats.num_device_alloc += 1
+            self.stats.oversize_segments.increase(1)
+        self.stats.num_device_alloc += 1
         self.record_trace(tr.SEGMENT_ALLOC, ptr, size, p.stream, context)
         block.context_when_segment_allocated = context
         p.block = block
@@ -275,7 +223,7 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         size = p.size
         pool = p.pool
         block = p.block
-        stats = self.stats
+        selected = p.stat_types
         already_split = block.prev is not None or block.next is not None  # is_split()
         if split_remainder:
             remaining = block
@@ -291,36 +239,28 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
             pool.insert_into_blocks(remaining)
             if already_split and block.expandable_segment is None:
                 # An already-split inactive block is being shrunk by size bytes.
-                for t in p.stat_types:
-                    stats.inactive_split_bytes[t].decrease(block.size)
+                update_stat_array(selected.inactive_split_bytes, -block.size)
             elif block.expandable_segment is None:
                 # A new split inactive block is being created from a previously unsplit block.
-                for t in p.stat_types:
-                    stats.inactive_split_bytes[t].increase(remaining.size)
-                    stats.inactive_split[t].increase(1)
+                update_stat_array(selected.inactive_split_bytes, remaining.size)
+                update_stat_array(selected.inactive_split, 1)
         elif already_split and block.expandable_segment is None:
             # An already-split block is becoming active
-            for t in p.stat_types:
-                stats.inactive_split_bytes[t].decrease(block.size)
-                stats.inactive_split[t].decrease(1)
+            update_stat_array(selected.inactive_split_bytes, -block.size)
+            update_stat_array(selected.inactive_split, -1)
 
         block.allocated = True
         block.requested_size = orig_size
         block.context_when_allocated = context
         self.record_trace(tr.ALLOC, block.ptr, orig_size, block.stream, context)
         self.active_blocks[block.ptr] = block
-        # increase_stat on allocation, allocated_bytes, active, active_bytes, requested_bytes
-        # for the aggregate and the pool's type, inlined because this is the hot path.
-        groups = self._stat_groups[pool.is_small]
-        for st, amount in ((groups[0], 1), (groups[1], block.size), (groups[2], orig_size)):
-            for stat in st:
-                c = stat.current + amount
-                stat.current = c
-                stat.allocated += amount
-                if c > stat.peak:
-                    stat.peak = c
+        update_stat_array(selected.allocation, 1)
+        update_stat_array(selected.allocated_bytes, block.size)
+        update_stat_array(selected.active, 1)
+        update_stat_array(selected.active_bytes, block.size)
+        update_stat_array(selected.requested_bytes, orig_size)
         if block.size >= self.config.max_split_size:
-            stats.oversize_allocations.increase(1)
+            self.stats.oversize_allocations.increase(1)
         return block
 
     # ------------------------------------------------------------------ free
@@ -334,19 +274,13 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         if self.record_context_ < tr.ALL:
             context = None
         block.allocated = False
-        stats = self.stats
-        groups = self._stat_groups[block.pool.is_small]
-        size = block.size
-        for stat in groups[3]:  # allocation
-            stat.current -= 1
-            stat.freed += 1
-        for stat in groups[4]:  # allocated_bytes
-            stat.current -= size
-            stat.freed += size
+        selected = block.pool.stats
+        update_stat_array(selected.allocation, -1)
+        update_stat_array(selected.allocated_bytes, -block.size)
         self.record_trace(tr.FREE_REQUESTED, block.ptr, block.requested_size, block.stream,
                           context if context is not None else block.context_when_allocated)
         if block.size >= self.config.max_split_size:
-            stats.oversize_allocations.decrease(1)
+            self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
             self.insert_events(block)
         else:
@@ -360,39 +294,26 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         original_block_size = block.size
         requested_size = block.requested_size
         pool = block.pool
-        net_blocks = 0
-        net_bytes = 0
-        del self.active_blocks[block.ptr]
-        for candidate in (block.prev, block.next):
-            if candidate is None or candidate.allocated:
-                continue  # try_merge_blocks would refuse: skip the call on the hot path
-            subsumed = self.try_merge_blocks(block, candidate, pool)
-            if subsumed > 0:
-                net_blocks -= 1
-                net_bytes -= subsumed
+        net_change_inactive_split_blocks = 0
+        net_change_inactive_split_size = 0
+        del self.active_blocks[block.ptr]  # before merging: a merge can move block.ptr
+        for merge_candidate in (block.prev, block.next):
+            subsumed_size = self.try_merge_blocks(block, merge_candidate, pool)
+            if subsumed_size > 0:
+                net_change_inactive_split_blocks -= 1
+                net_change_inactive_split_size -= subsumed_size
         pool.insert_into_blocks(block)
         if block.prev is not None or block.next is not None:  # is_split()
-            net_blocks += 1
-            net_bytes += block.size
-        stats = self.stats
-        # Expandable blocks are left out of inactive_split: their free pages can always be
-        # returned.
-        if block.expandable_segment is None and (net_blocks or net_bytes):
-            for t in stat_types_for(pool):
-                if net_blocks > 0:
-                    stats.inactive_split[t].increase(net_blocks)
-                elif net_blocks < 0:
-                    stats.inactive_split[t].decrease(-net_blocks)
-                if net_bytes > 0:
-                    stats.inactive_split_bytes[t].increase(net_bytes)
-                elif net_bytes < 0:
-                    stats.inactive_split_bytes[t].decrease(-net_bytes)
-        groups = self._stat_groups[pool.is_small]
-        for st, amount in ((groups[5], 1), (groups[6], original_block_size),
-                           (groups[7], requested_size)):
-            for stat in st:
-                stat.current -= amount
-                stat.freed += amount
+            net_change_inactive_split_blocks += 1
+            net_change_inactive_split_size += block.size
+        selected = pool.stats
+        # inactive_split leaves expandable blocks out: their free pages can always be returned.
+        if block.expandable_segment is None:
+            update_stat_array(selected.inactive_split, net_change_inactive_split_blocks)
+            update_stat_array(selected.inactive_split_bytes, net_change_inactive_split_size)
+        update_stat_array(selected.active, -1)
+        update_stat_array(selected.active_bytes, -original_block_size)
+        update_stat_array(selected.requested_bytes, -requested_size)
 
     def try_merge_blocks(self, dst: Block, src, pool: BlockPool) -> int:
         """Absorb free neighbour ``src`` into ``dst``; returns the bytes subsumed (0 = no merge)."""
@@ -431,12 +352,11 @@ class DeviceCachingAllocator(SettingsMixin, EventsMixin, ReleaseMixin, Expandabl
         """c10 ``cacheInfo``: the largest cached free block (0 if none)."""
         largest = 0
         for pool in (self.large_blocks, self.small_blocks):
-            for key in pool.keys:
-                largest = max(largest, key[1])
+            for block in pool.blocks():
+                largest = max(largest, block.size)
         return largest
 
     def check_invariants(self) -> None:
-        from .invariants import check_invariants
         check_invariants(self)
 
 

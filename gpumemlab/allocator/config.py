@@ -22,6 +22,7 @@ import re
 
 from .constants import (K_LARGE_BUFFER, K_MB, K_MIN_LARGE_ALLOC, K_ROUNDUP_POWER2_INTERVALS,
                         SIZE_MAX)
+from .rounding import roundup_power2_bucket
 
 # The first of these that is set wins, as in c10 (the legacy CUDA name first).
 ENV_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
@@ -91,10 +92,8 @@ class AllocatorConfig:
         return copy.deepcopy(self)
 
     def roundup_power2_divisions(self, size: int) -> int:
-        """Divisions for ``size``'s bucket: floor(log2(size)) - 20, clamped to 0..15."""
-        index = size.bit_length() - 1 - 20
-        index = max(0, min(index, K_ROUNDUP_POWER2_INTERVALS - 1))
-        return self.roundup_power2_divisions_[index]
+        """Divisions for ``size``'s interval (``rounding.roundup_power2_bucket``)."""
+        return self.roundup_power2_divisions_[roundup_power2_bucket(size)]
 
     def apply(self, env: str) -> None:
         """Parse ``env`` onto this config (``parseArgs``). All or nothing."""

@@ -22,6 +22,15 @@ class AddressInUseError(ValueError):
     """A dictated address overlaps memory that is already mapped."""
 
 
+class CudaError(RuntimeError):
+    """A CUDA runtime call failed: what c10's ``C10_CUDA_CHECK`` raises (``torch.AcceleratorError``,
+    a RuntimeError, in newest PyTorch). ``error`` is the cudaError_t name."""
+
+    def __init__(self, error: str, description: str, detail: str = ""):
+        super().__init__(f"CUDA error: {description}" + (f" ({detail})" if detail else ""))
+        self.error = error
+
+
 class CudaDriver:
     """Physical memory of one simulated device plus its virtual address space."""
 
@@ -58,7 +67,11 @@ class CudaDriver:
         return ptr
 
     def cuda_free(self, ptr: int) -> None:
-        nbytes = self.segments.pop(ptr)
+        """cudaFree: ``ptr`` must be an address cudaMalloc returned, else cudaErrorInvalidValue."""
+        nbytes = self.segments.pop(ptr, None)
+        if nbytes is None:
+            raise CudaError("cudaErrorInvalidValue", "invalid argument",
+                            f"cudaFree({ptr:#x}): not an address that cudaMalloc returned")
         self.used_bytes -= nbytes
         self.release_va(ptr, nbytes)
 

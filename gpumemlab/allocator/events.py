@@ -8,7 +8,10 @@ allocator looks (the next ``malloc``), or when ``empty_cache``/an OOM retry sync
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from .block import Block
+from .stats import DeviceStats
 
 
 def _check_stream(stream):
@@ -17,6 +20,17 @@ def _check_stream(stream):
 
 
 class EventsMixin:
+    """The streams-and-events part of ``DeviceCachingAllocator``."""
+
+    # Owned by this part:
+    cuda_events: dict  # stream -> blocks with an outstanding event there, in record order
+    # Owned by the allocator core (caching_allocator.py):
+    stats: DeviceStats
+    free_block: Callable  # free_block(block, context)
+
+    def _init_events(self) -> None:
+        self.cuda_events = {}
+
     def record_stream(self, block: Block, stream: int) -> None:
         """c10 ``recordStream``: the block is also used on ``stream``; on free it waits for it."""
         _check_stream(stream)

@@ -9,11 +9,15 @@ pages merge with the free block before them.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from . import trace as tr
 from .block import Block
+from .config import AllocatorConfig
 from .constants import K_SMALL_BUFFER
+from .driver import CudaDriver
 from .expandable_segment import ExpandableSegment
-from .stats import stat_types_for
+from .stats import DeviceStats, update_stat_array
 
 
 def _allocatable(b) -> bool:
@@ -21,6 +25,21 @@ def _allocatable(b) -> bool:
 
 
 class ExpandableOpsMixin:
+    """The expandable-segments part of ``DeviceCachingAllocator``."""
+
+    # Owned by this part:
+    expandable_segments_: list  # the live ExpandableSegments
+    # Owned by the allocator core (caching_allocator.py) and HistoryMixin:
+    config: AllocatorConfig
+    driver: CudaDriver
+    stats: DeviceStats
+    total_allocated_memory: int
+    try_merge_blocks: Callable  # (dst, src, pool) -> bytes subsumed
+    record_trace: Callable  # (action, addr, size, stream, context)
+
+    def _init_expandable(self) -> None:
+        self.expandable_segments_ = []
+
     def find_expandable_block(self, device, stream, pool, size):
         """The lowest-address run of free and unmapped space of ``size`` bytes, or a new segment."""
         def has_available_address_space(b):
@@ -69,8 +88,7 @@ class ExpandableOpsMixin:
         self.try_merge_blocks(to_map, to_map.next, pool)
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped_size
-        for t in stat_types_for(pool):
-            self.stats.reserved_bytes[t].increase(mapped_size)
+        update_stat_array(pool.stats.reserved_bytes, mapped_size)
         self.stats.num_device_alloc += 1
         self.record_trace(tr.SEGMENT_MAP, mapped_ptr, mapped_size, to_map.stream, context)
         if to_map.prev is None and to_map.context_when_segment_allocated is None:
@@ -122,8 +140,7 @@ class ExpandableOpsMixin:
         self.try_merge_blocks(block, block.next, pool)
         pool.insert_unmapped(block)
         self.total_allocated_memory -= unmapped_size
-        for t in stat_types_for(pool):
-            self.stats.reserved_bytes[t].decrease(unmapped_size)
+        update_stat_array(pool.stats.reserved_bytes, -unmapped_size)
         self.stats.num_device_free += 1
         self.record_trace(tr.SEGMENT_UNMAP, unmapped_ptr, unmapped_size, block.stream,
                           context if context is not None else block.context_when_segment_allocated)

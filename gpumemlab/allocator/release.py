@@ -8,12 +8,34 @@ instead unmap their free pages.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from . import trace as tr
+from .block import BlockPool
+from .config import AllocatorConfig
 from .constants import SIZE_MAX
-from .stats import stat_types_for
+from .driver import CudaDriver
+from .stats import DeviceStats, update_stat_array
 
 
 class ReleaseMixin:
+    """The memory-releasing part of ``DeviceCachingAllocator``; it owns no state."""
+
+    # Owned by the allocator core (caching_allocator.py):
+    config: AllocatorConfig
+    driver: CudaDriver
+    stats: DeviceStats
+    large_blocks: BlockPool
+    small_blocks: BlockPool
+    total_allocated_memory: int
+    # Owned by the other parts: SettingsMixin, EventsMixin, ExpandableOpsMixin, HistoryMixin.
+    allowed_memory_maximum: int | None
+    synchronize_and_free_events: Callable  # (context)
+    unmap_block: Callable  # (block, context)
+    release_expandable_segment: Callable  # (block)
+    record_trace: Callable  # (action, addr, size, stream, context)
+    _gather: Callable  # (level, context)
+
     def release_available_cached_blocks(self, p, context) -> bool:
         """With ``max_split_size`` set: free one oversize cached block big enough for the
         request, else the largest oversize blocks until enough is released."""
@@ -77,21 +99,28 @@ class ReleaseMixin:
                 self.release_expandable_segment(block)
 
     def release_block(self, block, context) -> None:
-        """cudaFree one whole free segment."""
+        """cudaFree a free segment.
+
+        As in c10, nothing checks that the block is a whole segment: every caller picks one
+        except ``release_available_cached_blocks`` after ``max_split_size`` was lowered at run
+        time, where a split block can be at or above the new threshold. cudaFree of an address
+        inside a segment then fails with cudaErrorInvalidValue, which c10's ``C10_CUDA_CHECK``
+        raises (``CudaError`` here) after the ``segment_free`` entry and ``num_device_free`` were
+        recorded; the block stays cached.
+        """
         assert block.expandable_segment is None
         stats = self.stats
         stats.num_device_free += 1
         self.record_trace(tr.SEGMENT_FREE, block.ptr, block.size, block.stream,
                           context if context is not None else block.context_when_segment_allocated)
-        pool = block.pool
-        pool.erase(block)
         self.driver.cuda_free(block.ptr)
         self.total_allocated_memory -= block.size
-        for t in stat_types_for(pool):
-            stats.segment[t].decrease(1)
-            stats.reserved_bytes[t].decrease(block.size)
+        pool = block.pool
+        update_stat_array(pool.stats.segment, -1)
+        update_stat_array(pool.stats.reserved_bytes, -block.size)
         if block.size >= self.config.max_split_size:
             stats.oversize_segments.decrease(1)
+        pool.erase(block)
 
     def garbage_collect_cached_blocks(self, context) -> None:
         """Free old, whole, large cached segments once reserved memory passes

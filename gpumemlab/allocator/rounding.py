@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .constants import (K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,
-                        K_SMALL_BUFFER, K_SMALL_SIZE)
+                        K_ROUNDUP_POWER2_INTERVALS, K_SMALL_BUFFER, K_SMALL_SIZE)
 
 
 def roundup_power2_next_division(size: int, divisions: int) -> int:
@@ -21,6 +21,12 @@ def roundup_power2_next_division(size: int, divisions: int) -> int:
         return power2_floor << 1
     floor = size & ~(step - 1)
     return size if floor == size else floor + step
+
+
+def roundup_power2_bucket(size: int) -> int:
+    """Which ``roundup_power2_divisions`` interval ``size`` falls in: floor(log2(size)) - 20
+    (1 MiB is interval 0), clamped to 0..15."""
+    return max(0, min(size.bit_length() - 1 - 20, K_ROUNDUP_POWER2_INTERVALS - 1))
 
 
 def round_size(size: int, config=None) -> int:

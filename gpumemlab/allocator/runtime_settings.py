@@ -1,48 +1,41 @@
-"""Run-time settings of the allocator: history recording (c10 ``recordHistory``), allocator
-settings strings (``torch.cuda.memory._set_allocator_settings``) and the per-process memory
-fraction (c10 ``setMemoryFraction``, with the newest releases' optional limit).
+"""Run-time settings of the allocator: allocator settings strings
+(``torch.cuda.memory._set_allocator_settings``) and the per-process memory fraction (c10
+``setMemoryFraction``, with the newest releases' optional limit).
 """
 from __future__ import annotations
 
-import sys
-
-from . import trace as tr
+from .config import AllocatorConfig
+from .driver import CudaDriver
 
 
 class SettingsMixin:
-    def set_memory_metadata(self, metadata: str) -> None:
-        """``torch.cuda.memory._set_memory_metadata``: a string stored in every following trace
-        entry's ``user_metadata`` ("" to stop)."""
-        if not isinstance(metadata, str):
-            raise TypeError(f"metadata must be a string, not {type(metadata).__name__}")
-        self.user_metadata = metadata
+    """The settings part of ``DeviceCachingAllocator``."""
+
+    # Owned by this part:
+    allowed_memory_maximum: int | None  # no limit is None (newest c10: std::optional)
+    oversize_stats_exact: bool  # False once max_split_size changed at run time
+    # Owned by the allocator core (caching_allocator.py):
+    config: AllocatorConfig
+    driver: CudaDriver
+
+    def _init_settings(self) -> None:
+        self.allowed_memory_maximum = None
+        self.oversize_stats_exact = True
+        # The per_process_memory_fraction setting is read once, when the allocator is built.
+        self.set_memory_fraction(self.config.per_process_memory_fraction)
 
     @property
     def total_memory(self) -> int:
         return self.driver.total_memory
-
-    def record_history_settings(self, enabled: bool, context: str | None = "all",
-                                max_entries: int = sys.maxsize, skip_actions=None) -> None:
-        """c10 ``recordHistory``; turning it off clears the history. ``skip_actions`` lists trace
-        actions not to record (newest PyTorch; segment_map/segment_unmap cannot be skipped)."""
-        skip = frozenset(skip_actions or ())
-        unknown = sorted(skip - tr.SKIPPABLE)
-        if unknown:
-            raise ValueError(f"skip_actions: unknown or unskippable action(s) {unknown}; "
-                             f"choose from {sorted(tr.SKIPPABLE)}")
-        self.skip_actions = skip
-        self.record_history = bool(enabled)
-        self.alloc_buffer.set_max_entries(max_entries)
-        self.record_context_ = tr.context_level(context) if enabled else tr.NEVER
-        if not enabled:
-            self.alloc_buffer.clear()
 
     def set_allocator_settings(self, env: str) -> None:
         """``torch.cuda.memory._set_allocator_settings``: parse onto the current settings.
 
         As in c10, ``memory_stats()["max_split_size"]`` keeps the value the allocator was built
         with, and the oversize counters use whatever threshold is in force at each event (so
-        they are only exact while max_split_size is unchanged).
+        they are only exact while max_split_size is unchanged). Cached blocks are left as they
+        are: lowering ``max_split_size`` can leave split blocks at or above the new threshold,
+        which ``release_available_cached_blocks`` then hands to cudaFree (see ``release.py``).
         """
         before = self.config.max_split_size
         self.config.apply(env)
@@ -77,4 +70,3 @@ class SettingsMixin:
     def _gc_enabled(self) -> bool:
         return (self.allowed_memory_maximum is not None
                 and self.config.garbage_collection_threshold > 0.0)
-

@@ -8,7 +8,14 @@ snapshot records a ``snapshot`` trace entry that shows up only in the *next* sna
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from . import trace as tr
+from .block import BlockPool
+from .config import AllocatorConfig
+
+# The states a snapshot gives a block (the one list of them; readers check against it).
+BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 
 
 def _frames(context) -> list:
@@ -16,6 +23,16 @@ def _frames(context) -> list:
 
 
 class SnapshotMixin:
+    """The snapshot part of ``DeviceCachingAllocator``; it owns no state."""
+
+    # Owned by the allocator core (caching_allocator.py) and HistoryMixin:
+    config: AllocatorConfig
+    large_blocks: BlockPool
+    small_blocks: BlockPool
+    active_blocks: dict
+    alloc_buffer: tr.TraceRingBuffer
+    record_trace: Callable  # (action, addr, size, stream, context)
+
     def segments_snapshot(self) -> list:
         """The ``segments`` list; records a ``snapshot`` trace entry."""
         heads = []

@@ -2,6 +2,10 @@
 
 Each Stat tracks ``current``, ``peak``, ``allocated`` (cumulative increase) and ``freed``
 (cumulative decrease). Array stats have one Stat per StatType: all, small_pool, large_pool.
+
+c10 updates an array stat for the StatTypes a pool selects (``get_stat_types_for_pool``: the
+aggregate and the pool's own type) with ``for_each_selected_stat_type``. Here a pool's selected
+Stats are looked up once (:class:`SelectedStats`) and :func:`update_stat_array` is that loop.
 """
 from __future__ import annotations
 
@@ -103,9 +107,32 @@ class DeviceStats:
         return OrderedDict(flat)
 
 
-def stat_types_for(pool) -> tuple:
-    """``get_stat_types_for_pool``: the aggregate plus the pool's own type."""
-    return pool.stat_types
+class SelectedStats:
+    """For one pool: each array stat's Stats of the selected StatTypes (c10
+    ``get_stat_types_for_pool``), as a tuple per stat name, e.g. ``selected.allocation``."""
+
+    __slots__ = ARRAY_STATS
+
+    def __init__(self, stats: DeviceStats, stat_types: tuple):
+        for name in ARRAY_STATS:
+            stat_array = getattr(stats, name)
+            setattr(self, name, tuple(stat_array[t] for t in stat_types))
+
+
+def update_stat_array(selected: tuple, amount: int) -> None:
+    """``for_each_selected_stat_type`` with c10's ``increase_stat`` (amount > 0) or
+    ``decrease_stat`` (amount < 0) on each selected Stat. A decrease leaves the peak alone."""
+    if amount >= 0:
+        for stat in selected:
+            current = stat.current + amount
+            stat.current = current
+            stat.allocated += amount
+            if current > stat.peak:
+                stat.peak = current
+    else:
+        for stat in selected:
+            stat.current += amount
+            stat.freed -= amount
 
 
 def max_split_size_stat(max_split_size: int) -> int:

@@ -18,12 +18,12 @@ import random
 import sys
 from dataclasses import dataclass, field
 
+from gpumemlab.allocator.constants import K_ROUND_LARGE
+from gpumemlab.units import MiB
+
 from .errors import OutOfMemoryError
 
 __all__ = ["ScenarioRecord", "fragmentation_oom", "batch_growth", "train_step_like", "SCENARIOS"]
-
-MiB = 1024 * 1024
-_ROUND_LARGE = 2 * MiB     # c10 kRoundLarge: large segments are whole multiples of 2 MiB
 
 
 @dataclass
@@ -107,7 +107,7 @@ class _Run:
 
 def _chunk(gpu, parts):
     """A large-pool size: capacity / parts, rounded down to 2 MiB (at least 12 MiB)."""
-    return max(12 * MiB, (gpu.total_memory // parts) // _ROUND_LARGE * _ROUND_LARGE)
+    return max(12 * MiB, (gpu.total_memory // parts) // K_ROUND_LARGE * K_ROUND_LARGE)
 
 
 def fragmentation_oom(gpu, *, pieces: int = 14, release: bool = True) -> ScenarioRecord:

@@ -13,8 +13,9 @@ import traceback
 
 from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
                                  alloc_conf_from_environ, memory_summary)
+from gpumemlab.allocator.driver import CudaError as _AllocatorCudaError
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
-from .errors import OutOfMemoryError
+from .errors import CudaError, OutOfMemoryError
 from gpumemlab.units import format_size, parse_size
 
 _MAX_TOTAL_MEMORY = 1 << 50  # 1 PiB: far beyond any GPU, small enough to stay meaningful
@@ -156,6 +157,8 @@ class SimulatedGPU:
             block = self.allocator.malloc(nbytes, stream, context)
         except _AllocatorOOM as exc:
             raise OutOfMemoryError.from_allocator(exc) from None
+        except _AllocatorCudaError as exc:
+            raise CudaError.from_allocator(exc) from None
         return Allocation(self, block, nbytes, stream)
 
     def free(self, allocation: Allocation) -> None:

@@ -22,6 +22,8 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from gpumemlab.allocator.snapshot import BLOCK_STATES
+
 __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot", "dump_snapshot",
            "normalize_snapshot", "TRACE_ACTIONS", "BLOCK_STATES"]
 
@@ -30,7 +32,6 @@ DEFAULT_MAX_BYTES = 8 * 1024**3
 
 TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
                  "segment_map", "segment_unmap", "snapshot", "oom", "annotate")
-BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
 # the _snapshot docstring names this state; the C++ emits active_pending_free
 _STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
 

@@ -4,6 +4,7 @@ from a release inside a malloc, and leaving blocks freed-but-pending at the end 
 from __future__ import annotations
 
 from gpumemlab.allocator import K_SMALL_SIZE, round_size
+from gpumemlab.allocator.fit import oversize_allows
 
 
 def _release_recorded(alloc, action, addr, size):
@@ -61,17 +62,11 @@ def _was_empty_cache(alloc, trace, j, released):
     config = alloc.config
     size = round_size(max(e["size"], 1), config)
     small = size <= K_SMALL_SIZE
-    mss = config.max_split_size
     for blk in released:
         if blk.expandable_segment is not None or blk.pool.is_small != small:
             continue
-        if blk.stream != e["stream"] or blk.size < size:
-            continue
-        if size < mss and blk.size >= mss:
-            continue
-        if size >= mss and blk.size >= size + config.max_non_split_rounding_size:
-            continue
-        return True
+        if blk.stream == e["stream"] and blk.size >= size and oversize_allows(blk.size, size, config):
+            return True
     return False
 
 

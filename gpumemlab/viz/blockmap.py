@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import textwrap
 
-from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.units import format_size, parse_size
 from gpumemlab.viz.describe import plus
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
@@ -271,7 +270,7 @@ def request_verdict(fit, segments, rules, request, stream) -> str:
             f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
     if rules.expandable:
         # expandable segments map pages of the rounded request (c10 try_allocate_expandable_block)
-        page = K_SMALL_BUFFER if pool == "small" else K_LARGE_BUFFER
+        page = rules.page_size(pool)
         grow = -(-rounded // page) * page
         return (f"a {format_size(request)} request fits no cached free block: {held}, so the "
                 f"expandable segment would map up to {format_size(grow)} of new "

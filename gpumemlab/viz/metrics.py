@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from html import escape
 
-from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_SIZE
+from gpumemlab.allocator.constants import K_SMALL_SIZE
 from gpumemlab.units import format_size, parse_size
 
 from .size_rules import Rules
@@ -217,8 +217,9 @@ def largest_request_at_all(segments, rules: Rules, total_memory: int, now: int) 
             releasable += seg["total_size"]
     budget = max(total_memory - reserved + releasable, 0)
     if rules.expandable:
-        # growth maps whole 20 MiB pages of the rounded request, not get_allocation_size
-        fresh = budget // K_LARGE_BUFFER * K_LARGE_BUFFER
+        # growth maps whole large-pool pages of the rounded request, not get_allocation_size
+        page = rules.page_size("large")
+        fresh = budget // page * page
     else:
         fresh = _last_true(budget, lambda r: rules.allocation_size(rules.round_size(r)) <= budget)
     return max(now, fresh)

@@ -8,16 +8,20 @@ need PyTorch's size arithmetic. These follow c10/cuda/CUDACachingAllocator.cpp
 ``allocator_settings`` dict, so a real recording made under ``roundup_power2_divisions`` or
 ``max_split_size_mb`` is read with its own rules. See docs/ALLOCATOR.md#sizes-and-pools.
 
-The arithmetic itself is the allocator model's (``gpumemlab.allocator.rounding``, standard
-library only): views share the model's pure size functions but never its state.
+The rules themselves are the allocator model's (``gpumemlab.allocator.rounding`` and
+``gpumemlab.allocator.fit``, standard library only): views share the model's pure functions but
+never its state.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_SMALL_SIZE
+from gpumemlab.allocator.config import AllocatorConfig, AllocatorConfigError
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.allocator.constants import SIZE_MAX as _UNLIMITED
-from gpumemlab.allocator.rounding import get_allocation_size, is_small
+from gpumemlab.allocator.fit import oversize_allows
+from gpumemlab.allocator.fit import should_split as _should_split
+from gpumemlab.allocator.rounding import get_allocation_size, is_small, roundup_power2_bucket
 from gpumemlab.allocator.rounding import round_size as _round_size
 
 
@@ -27,12 +31,20 @@ class Rules:
 
     ``divisions`` holds the 16 ``roundup_power2_divisions`` buckets (1 MiB .. 32 GiB starts);
     ``max_split_size`` is in bytes (unlimited by default); ``expandable`` is
-    ``expandable_segments``.
+    ``expandable_segments``; ``max_non_split_rounding_size`` and ``large_segment_size`` (bytes)
+    are not in the dict, so they come from the recorded settings string
+    (``max_non_split_rounding_mb``, ``large_segment_size_mb``; 20 MiB by default).
     """
 
     divisions: tuple = (0,) * 16
     max_split_size: int = _UNLIMITED
     expandable: bool = False
+    max_non_split_rounding_size: int = K_LARGE_BUFFER
+    large_segment_size: int = K_LARGE_BUFFER
+
+    @property
+    def expandable_segments(self) -> bool:
+        return self.expandable
 
     @classmethod
     def from_settings(cls, settings) -> "Rules":
@@ -53,7 +65,8 @@ class Rules:
         max_split = settings.get("max_split_size", -1)
         max_split = _UNLIMITED if max_split is None or int(max_split) < 0 else int(max_split)
         return cls(divisions=divisions, max_split_size=max_split,
-                   expandable=bool(settings.get("expandable_segments", False)))
+                   expandable=bool(settings.get("expandable_segments", False)),
+                   **_sizes_from_settings_string(settings))
 
     def round_size(self, size: int) -> int:
         """c10 ``round_size``: at least 512, then 512-multiples or a power-of-2 division."""
@@ -61,32 +74,40 @@ class Rules:
 
     def roundup_power2_divisions(self, size: int) -> int:
         """The divisions of ``size``'s bucket (the query ``round_size`` makes of its config)."""
-        return self.divisions[min(max(size.bit_length() - 1 - 20, 0), 15)]
+        return self.divisions[roundup_power2_bucket(size)]
 
     @staticmethod
     def pool(rounded_size: int) -> str:
         """c10 ``get_pool``: 'small' for rounded sizes up to 1 MiB, else 'large'."""
         return "small" if is_small(rounded_size) else "large"
 
-    @staticmethod
-    def allocation_size(rounded_size: int) -> int:
+    def allocation_size(self, rounded_size: int) -> int:
         """c10 ``get_allocation_size``: the cudaMalloc size a miss of this rounded size asks for."""
-        return get_allocation_size(rounded_size)
+        return get_allocation_size(rounded_size, self.large_segment_size)
+
+    def page_size(self, pool: str) -> int:
+        """The pages an expandable segment of ``pool`` maps (c10 ``ExpandableSegment``)."""
+        return K_SMALL_BUFFER if pool == "small" else self.large_segment_size
 
     def should_split(self, pool: str, block_size: int, rounded_size: int) -> bool:
         """c10 ``should_split``: whether a free block of ``block_size`` is cut for the request."""
-        remaining = block_size - rounded_size
-        if pool == "small" or self.expandable:
-            return remaining >= K_MIN_BLOCK_SIZE
-        return rounded_size < self.max_split_size and remaining > K_SMALL_SIZE
+        return _should_split(pool == "small", block_size, rounded_size, self)
 
     def block_fits(self, block_size: int, rounded_size: int) -> bool:
         """c10 ``get_free_block``'s size tests on one candidate (oversize rules included)."""
-        if block_size < rounded_size:
-            return False
-        if rounded_size < self.max_split_size <= block_size:
-            return False  # a normal request never takes an oversize block
-        if rounded_size >= self.max_split_size and block_size >= rounded_size + K_LARGE_BUFFER:
-            return False
-        return True
+        return block_size >= rounded_size and oversize_allows(block_size, rounded_size, self)
+
+
+def _sizes_from_settings_string(settings: dict) -> dict:
+    """``max_non_split_rounding_size`` and ``large_segment_size`` under the recorded settings
+    string; the defaults when it is absent or not one this model parses."""
+    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
+    config = AllocatorConfig()
+    if isinstance(conf, str) and conf:
+        try:
+            config = AllocatorConfig.parse(conf)
+        except (AllocatorConfigError, ValueError, RuntimeError):  # an untrusted file's string
+            pass
+    return {"max_non_split_rounding_size": config.max_non_split_rounding_size,
+            "large_segment_size": config.large_segment_size}
 
