@@ -124,3 +124,65 @@ def test_source_round_trips_through_the_notebook(name):
     # what --pull writes back from an unchanged notebook is the source itself
     builder = _builder()
     assert builder.source_text(builder.build(name[:2])) == (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8")
+
+
+# ---- lessons as experiments (issue 10): predict before reveal, an exercise, hidden checks
+LESSONS = [n for n in CURRICULUM if n[:2] != "00"]
+CONVERTED = {"01"}   # lessons already built as experiments; grows lesson by lesson
+WHATIF_LESSONS = {"05", "06", "07", "09"}
+_PREDICT = re.compile(r"""gml\.predict\(\s*["'](\d\d\.p\d+)["']""")
+_REVEAL = re.compile(r"""gml\.reveal\(\s*["'](\d\d\.p\d+)["']""")
+_EXERCISE = re.compile(r"""gml\.exercise\.check\(\s*["'](\d\d\.ex\w*)["']""")
+
+
+def _tags(cell):
+    return set(cell.metadata.get("tags", []))
+
+
+def _experiment_lessons():
+    return [n for n in LESSONS if n[:2] in CONVERTED]
+
+
+@pytest.mark.parametrize("name", _experiment_lessons())
+def test_at_least_two_predict_cells_each_before_its_reveal(name):
+    cells = _code_cells(_read(name))
+    asked = {}
+    for i, cell in enumerate(cells):
+        for pid in _PREDICT.findall(cell.source):
+            assert "predict" in _tags(cell), f"{pid} is asked in a cell not tagged predict"
+            asked[pid] = i
+    assert len(asked) >= 2, f"{name} has {len(asked)} predict cells"
+    for pid, at in asked.items():
+        assert all(pid.startswith(name[:2] + ".") for pid in asked)
+        reveals = [i for i, c in enumerate(cells) if pid in _REVEAL.findall(c.source)]
+        assert reveals, f"{pid} is never revealed"
+        assert min(reveals) > at, f"{pid} is revealed before it is asked"
+
+
+@pytest.mark.parametrize("name", _experiment_lessons())
+def test_an_exercise_cell_with_a_registered_exercise(name):
+    from gpumemlab.quizkit.lesson_exercises import get
+
+    cells = [c for c in _code_cells(_read(name)) if "exercise" in _tags(c)]
+    ids = [i for c in cells for i in _EXERCISE.findall(c.source)]
+    assert ids, f"{name} has no cell tagged exercise calling gml.exercise.check"
+    for ex_id in ids:
+        assert ex_id.startswith(name[:2] + ".")
+        get(ex_id)   # raises KeyError for an unknown exercise
+
+
+@pytest.mark.parametrize("name", _experiment_lessons())
+def test_checks_sit_in_hidden_check_cells(name):
+    cells = _code_cells(_read(name))
+    checks = [c for c in cells if "check" in _tags(c)]
+    assert checks, f"{name} has no check cell"
+    for c in checks:
+        assert c.metadata.get("jupyter", {}).get("source_hidden") is True, c.source[:60]
+    loose = [c.source[:60] for c in cells if "check" not in _tags(c)
+             and re.search(r"^\s*assert ", c.source, re.M)]
+    assert not loose, f"asserts outside check cells: {loose}"
+
+
+@pytest.mark.parametrize("name", [n for n in _experiment_lessons() if n[:2] in WHATIF_LESSONS])
+def test_what_if_controls(name):
+    assert any("gml.whatif(" in c.source for c in _code_cells(_read(name)))

@@ -86,7 +86,17 @@ def test_small_pool_panel_and_tiny_blocks_stay_visible():
     assert small_ax.get_xlabel() == "offset within segment (MiB)"
     (x0, x1, row), = rects(next(c for c in small_ax.collections
                                 if c.get_gid() == "blocks:requested"))
-    assert x0 == 0 and x1 >= 2 / 500  # 100 B is widened to a visible hair
+    assert x0 == 0 and x1 >= 2 / 200  # 100 B is widened to a visible hair
+
+
+def test_a_one_byte_tensor_is_drawn_over_the_free_block_beside_it():
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+    a = gpu.empty(1)
+    ax = gml.show(gpu).axes[0]
+    gids = [c.get_gid() for c in ax.collections]
+    assert gids.index("blocks:requested") > gids.index("blocks:free")
+    (x0, x1, row), = rects(ax.collections[gids.index("blocks:requested")])
+    assert x0 == 0 and x1 >= 2 / 200 and a.size == 512   # a 512 B block in a 2 MiB band
 
 
 def test_title_legend_and_footer_name_device_settings_and_figures():

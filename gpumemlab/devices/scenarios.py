@@ -46,7 +46,8 @@ class ScenarioRecord:
                 for s in self.snapshot.get("segments", [])]
 
     def __repr__(self):
-        oom = f"OOM on a {self.oom_request}-byte request" if self.oom else "no OOM"
+        from gpumemlab.units import format_size
+        oom = f"OOM on a {format_size(self.oom_request)} request" if self.oom else "no OOM"
         return f"<ScenarioRecord {self.name} on {self.device}: {len(self.steps)} steps, {oom}>"
 
 

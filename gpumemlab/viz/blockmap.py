@@ -7,7 +7,8 @@ lengths are to scale inside a panel; when large segments span very different siz
 split into panels with their own scale, each titled with its range, so a 20 MiB segment is not a
 speck next to a 20 GiB one. Blocks are drawn as a few ``PolyCollection``s (one per state), never
 one patch per block, so 100,000 blocks draw in about a second. Allocated blocks narrower than
-1/500 of a panel are widened to that hair so that no allocation disappears.
+1/200 of a panel are widened to that hair, drawn over the free block beside them, so that no
+allocation (not even a 1-byte tensor) disappears.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from .source import device_segments, pick_device, read_source, settings_line
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3
 LABEL_ROWS = 40  # name every band when a panel has at most this many
+MIN_WIDTH = 1 / 200  # of a panel's width: the narrowest an allocated block is drawn (4.5 px of 900)
 
 
 def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=None,
@@ -230,12 +232,14 @@ def draw_panel_data(ax, panel, segments, info) -> list:
     dense = n_blocks > 5000 or len(rows) > LABEL_ROWS
     rects = block_rects(segments, rows, merge_below=panel["max_bytes"] // 2000 if dense else 0)
     artists = []
-    for name, (colour, label) in BLOCK_STYLE.items():
+    # free first, allocated last: a widened allocation must lie on top of the free block after it
+    for name in reversed(list(BLOCK_STYLE)):
+        colour, label = BLOCK_STYLE[name]
         r, a, b = rects[name]
         if r:
             # a 512 B tensor in a 2 GiB band would be invisible: widen used blocks to a
-            # hair (1/500 of the axis) so that every allocation shows
-            min_width = 0.0 if name == "free" else panel["max_bytes"] / unit / 500
+            # hair (MIN_WIDTH of the axis) so that every allocation shows
+            min_width = 0.0 if name == "free" else panel["max_bytes"] / unit * MIN_WIDTH
             coll = PolyCollection(_polys(r, a, b, unit, min_width=min_width),
                                   facecolors=colour, edgecolors="none", linewidths=0,
                                   label=label)

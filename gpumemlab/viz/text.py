@@ -102,8 +102,14 @@ def _segment_row(index: int, seg: dict, page: int) -> str:
             + flags)
 
 
-def text_trace(source, *, device=None, limit=None) -> str:
-    """A recorded trace as pseudo-Python, one line per event (``limit`` caps the lines)."""
+def text_trace(source, *, device=None, limit=None, snapshots: bool = False) -> str:
+    """A recorded trace as pseudo-Python, one line per event (``limit`` caps the lines).
+
+    ``seg_2 = cudaMalloc(20.00 MiB)`` is a new segment; ``b = seg_2[1.00 MiB:3.00 MiB]`` a block
+    of 3 MiB at offset 1 MiB into seg_2 (``[0:...]``: at its start); ``del b`` its free. The
+    ``snapshot`` entries a recording gets each time a snapshot is taken (PyTorch records them
+    too) say nothing about memory and are left out unless ``snapshots`` is true.
+    """
     history = source if isinstance(source, History) else History(source, device=device)
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"limit must be a non-negative int or None, got {limit!r}")
@@ -175,7 +181,7 @@ def text_trace(source, *, device=None, limit=None) -> str:
             line = (f"raise OutOfMemoryError  # tried {format_size(size)}, "
                     f"{free_text} free on the device")
         elif action == "snapshot":
-            line = "# snapshot"
+            line = "# snapshot" if snapshots else None
         else:
             line = f"# {action} {format_size(size)} at {addr:#x}"
         if line is not None:

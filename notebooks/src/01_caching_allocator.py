@@ -37,6 +37,13 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # Without a cache, every free would go straight back to the driver. We imitate that by calling
 # `empty_cache()` after each step's frees: it hands every wholly free segment back, so the next
 # step has to `cudaMalloc` again.
+#
+# Each step makes 36 tensors (12 layers × 3), so ten steps make 360. Before you run it: how many
+# `cudaMalloc` calls will the caching allocator need for all ten steps?
+
+# %% tags=["predict"]
+gml.predict("01.p1", "Ten steps of 36 tensors each, with the cache: how many cudaMalloc calls?",
+            kind="number", unit="cudaMalloc calls")
 
 # %%
 MiB, KiB = gml.MiB, gml.KiB
@@ -63,6 +70,9 @@ cached, uncached = run(10, False), run(10, True)
 for name, s in (("caching allocator", cached), ("no cache (free to driver)", uncached)):
     print(f"{name:27}: {s['allocation.all.allocated']:4} tensor allocations -> "
           f"{s['num_device_alloc']:4} cudaMalloc, {s['num_device_free']:4} cudaFree")
+gml.reveal("01.p1", cached["num_device_alloc"])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert cached["allocation.all.allocated"] == uncached["allocation.all.allocated"]
 assert cached["num_device_alloc"] * 5 < uncached["num_device_alloc"]
 assert cached["num_device_free"] == 0
@@ -73,6 +83,55 @@ assert cached["num_device_free"] == 0
 # tensors are gone. That is the bargain behind every lesson in this kit: speed in exchange for
 # memory the allocator holds, and has to lay out well.
 #
+# ### What those calls cost
+#
+# The simulator counts driver calls; it cannot time them. A `cudaMalloc` costs tens of
+# microseconds or more, depending on GPU, driver and size; M. Boyer measured about 50 µs a call
+# from 4 KiB to 512 KiB, and more for larger sizes ("Memory Allocation Overhead", University of
+# Virginia, https://www.cs.virginia.edu/~mwb7w/cuda_support/memory_management_overhead.html, on
+# a GPU of 2009; a lower bound for the 24 MiB segments here). On a machine with CUDA the cell
+# below measures the time of a forced `cudaMalloc` instead (through `torch.empty` right after
+# `torch.cuda.empty_cache()`, so it includes the allocator's own few microseconds). `cudaFree` is
+# worse than its own time: it waits for the whole device to finish its queued work.
+
+# %%
+import statistics, time
+import matplotlib.pyplot as plt
+
+PUBLISHED_US = 50.0   # Boyer (above): µs per cudaMalloc, 4 KiB to 512 KiB, 2009 GPU
+
+def measured_cudamalloc_us(tries=15):
+    """Median time of a torch.empty that must call cudaMalloc (CUDA only)."""
+    import torch
+    times = []
+    for i in range(tries):
+        torch.cuda.empty_cache()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        x = torch.empty(24 * MiB + 2 * MiB * i, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        del x
+    return 1e6 * statistics.median(times)
+
+if gpu.kind == "cuda":
+    per_call_us, source = measured_cudamalloc_us(), f"measured here on {gpu.name}"
+else:
+    per_call_us, source = PUBLISHED_US, "published: Boyer, U. Virginia (about 50 µs a call)"
+runs = {"caching allocator": cached, "no cache": uncached}
+cost_ms = {name: s["num_device_alloc"] * per_call_us / 1000 for name, s in runs.items()}
+for name, ms in cost_ms.items():
+    print(f"{name:18}: {runs[name]['num_device_alloc']:4} cudaMalloc x {per_call_us:.0f} µs = {ms:7.2f} ms of driver time")
+fig, ax = plt.subplots(figsize=(7, 2.6), layout="constrained")
+bars = ax.barh(list(cost_ms), list(cost_ms.values()), color=["#0072B2", "#D55E00"])
+ax.bar_label(bars, labels=[f"{runs[n]['num_device_alloc']} calls, {ms:.2f} ms" for n, ms in cost_ms.items()], padding=3, fontsize=8)
+ax.set_xlabel("time spent in cudaMalloc over ten steps (ms)")
+ax.set_xlim(0, 1.3 * max(cost_ms.values()))
+ax.set_title(f"cudaMalloc time, at {per_call_us:.0f} µs a call ({source})", fontsize=9, loc="left")
+plt.close(fig)
+fig
+
+# %% [markdown]
 # ## Rule 1: sizes are rounded (`round_size`)
 #
 # Every request is rounded up to a multiple of **512 bytes** (`kMinBlockSize`). Then the rounded
@@ -81,20 +140,31 @@ assert cached["num_device_free"] == 0
 # `cudaMalloc`:
 #
 # * small requests get a **2 MiB** segment (`kSmallBuffer`), shared by many small tensors;
-# * large requests up to 10 MiB (`kMinLargeAlloc`) get a **20 MiB** segment (`kLargeBuffer`);
-# * larger requests get a segment of their own size, rounded up to **2 MiB** (`kRoundLarge`).
+# * large requests *below* 10 MiB (`kMinLargeAlloc`) get a **20 MiB** segment (`kLargeBuffer`);
+# * requests of 10 MiB and more get a segment of their own size, rounded up to **2 MiB**
+#   (`kRoundLarge`): exactly 10 MiB gets a 10 MiB segment.
 #
 # The model exposes the same two functions; the table is computed by them.
 
 # %%
 from gpumemlab.allocator.rounding import get_allocation_size, is_small, round_size
 
+def exact(n):
+    """A size near a boundary in words: format_size's two decimals would hide "+ 1 byte"."""
+    for unit, name in ((MiB, "MiB"), (KiB, "KiB")):
+        whole, rest = divmod(n, unit)
+        if whole and rest:
+            return f"{whole} {name} + {rest} B"
+    return gml.format_size(n)
+
 requests = [1, 512, 513, 4 * KiB + 1, MiB, MiB + 1, 10 * MiB, 10 * MiB + 1, 100 * MiB + 1]
-print(f"{'request':>14} {'round_size':>14}  pool   {'segment (cudaMalloc)':>20}")
+print(f"{'request':>16} {'round_size':>16}  pool   {'segment (cudaMalloc)':>20}")
 for r in requests:
     rounded = round_size(r)
     pool = "small" if is_small(rounded) else "large"
-    print(f"{r:>14,} {rounded:>14,}  {pool:5}  {gml.format_size(get_allocation_size(rounded)):>20}")
+    print(f"{exact(r):>16} {exact(rounded):>16}  {pool:5}  {gml.format_size(get_allocation_size(rounded)):>20}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert round_size(1) == 512 and round_size(MiB + 1) == 1049088
 assert get_allocation_size(round_size(MiB)) == 2 * MiB             # still small
 assert get_allocation_size(round_size(MiB + 1)) == 20 * MiB        # large, shared segment
@@ -103,19 +173,26 @@ assert get_allocation_size(round_size(10 * MiB + 1)) == 12 * MiB   # own segment
 # %% [markdown]
 # ## The same rules on a device
 #
-# Three tensors, one from each size class, on a fresh card. Watch `memory_allocated()` (the
-# rounded block sizes) against `memory_reserved()` (the segments).
+# Three tensors, one from each size class, on a fresh card: 1 byte, 1 MiB + 1 byte and
+# 100 MiB + 1 byte. Watch `memory_allocated()` (the rounded block sizes) against
+# `memory_reserved()` (the segments). Use the table to predict the second.
+
+# %% tags=["predict"]
+gml.predict("01.p2", "After the three tensors, how much will memory_reserved() be?")
 
 # %%
 sim = gml.SimulatedGPU("8GiB", alloc_conf="")
 a = sim.empty(1)                 # small pool: a 2 MiB segment
-b = sim.empty(MiB + 1)           # large pool, <= 10 MiB: a 20 MiB segment
+b = sim.empty(MiB + 1)           # large pool, below 10 MiB: a 20 MiB segment
 c = sim.empty(100 * MiB + 1)     # large pool, > 10 MiB: its own 102 MiB segment
 for seg in sim.memory_snapshot():
     blocks = ", ".join(f"{gml.format_size(bl['size'])} {bl['state']}" for bl in seg["blocks"])
     print(f"{seg['segment_type']:5} segment {gml.format_size(seg['total_size']):>11}: {blocks}")
 print(f"allocated {gml.format_size(sim.memory_allocated())}, "
       f"reserved {gml.format_size(sim.memory_reserved())}")
+gml.reveal("01.p2", sim.memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sim.memory_reserved() == 2 * MiB + 20 * MiB + 102 * MiB
 
 # %% [markdown]
@@ -137,6 +214,8 @@ print(f"10 more 1 MiB tensors: {after - before} new segment(s); the 20 MiB segme
 tail = next(s for s in sim.memory_snapshot() if s["total_size"] == 102 * MiB)
 print(f"and {len(tail['blocks']) - 1} of them went into the 2 MiB tail of the 102 MiB segment: "
       f"the smallest free block that fits wins (best fit, rule 3 below)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert after == before
 
 # %% [markdown]
@@ -152,11 +231,13 @@ del c
 c2 = sim.empty(100 * MiB + 1)
 print(f"freed at {address:#x}, new tensor at {c2.address:#x}: "
       f"{'same block' if c2.address == address else 'different block'}")
-assert c2.address == address
 
 other_stream = sim.empty(4 * KiB, stream=1)    # the free small-pool space belongs to stream 0
 print(f"a small tensor on stream 1 gets its own segment: "
       f"{sim.memory_stats()['segment.all.current']} segments now")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert c2.address == address
 assert len([s for s in sim.memory_snapshot() if s["stream"] == 1]) == 1
 
 # %% [markdown]
@@ -176,6 +257,8 @@ del b
 more.clear()
 seg20 = next(s for s in sim.memory_snapshot() if s["total_size"] == 20 * MiB)
 print(f"20 MiB segment after the frees: {[(gml.format_size(bl['size']), bl['state']) for bl in seg20['blocks']]}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert len(seg20["blocks"]) == 1 and seg20["blocks"][0]["state"] == "inactive"
 
 # %% [markdown]
@@ -193,25 +276,47 @@ print(f"allocated {gml.format_size(sim.memory_allocated()):>12}  (live tensors)"
 print(f"reserved  {gml.format_size(sim.memory_reserved()):>12}  (held by the cache: what nvidia-smi sees)")
 print(f"peak reserved {gml.format_size(sim.max_memory_reserved())}, "
       f"peak allocated {gml.format_size(sim.max_memory_allocated())}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sim.memory_reserved() > sim.memory_allocated()
 
 # %% [markdown]
 # ## The trace tells the story
 #
 # The simulated card records a history like `torch.cuda.memory._record_memory_history()` does.
-# `gml.text_trace` reads it as pseudo-Python: `cudaMalloc` for new segments, slices of segments
-# for blocks, `del` for frees.
+# `gml.text_trace` reads it as pseudo-Python:
+#
+# * `seg_1 = cudaMalloc(20.00 MiB)`: a new segment, named in the order segments appear;
+# * `b = seg_1[0:1.00 MiB]`: tensor `b` is the block at offset 0 of `seg_1`, 1 MiB long
+#   (the rounded size); `f = seg_2[100.00 MiB:1.00 MiB]` starts 100 MiB into `seg_2`;
+# * `del b`: its free; the block goes back to the cache, not to the driver.
 
 # %%
 print(gml.text_trace(sim, limit=20))
-actions = [e["action"] for e in sim.snapshot()["device_traces"][0]]
+actions = [e["action"] for e in sim.snapshot()["device_traces"][0] if e["action"] != "snapshot"]
 print({a: actions.count(a) for a in sorted(set(actions))})
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert actions.count("segment_alloc") == sim.memory_stats()["num_device_alloc"]
 
 # %%
 live = sim.memory_stats()["allocation.all.current"]
 fig = gml.show(sim, title=f"after the frees: {live} tensors live, the rest cached")
 fig
+
+# %% [markdown]
+# The 1-byte tensor `a` is the thin blue mark at the start of the 2 MiB small segment: drawn to
+# scale it would be 1/4096 of the band, so the map widens every block to a visible minimum.
+#
+# ## Exercise: three tensors, one segment
+#
+# Change `my_sizes` so that three tensors, all in the large pool, live in one 20 MiB segment of
+# a fresh card: one `cudaMalloc`, no more. The check runs your sizes on the simulated GPU.
+
+# %% tags=["exercise"]
+gml.exercise("01.ex")
+my_sizes = [MiB, MiB, MiB]          # change these
+gml.exercise.check("01.ex", my_sizes)
 
 # %%
 gml.quiz("01")
