@@ -38,6 +38,14 @@ def test_torch_range_admits_2_13():
     assert "2.13.0" in SpecifierSet(spec)
 
 
+def test_the_kits_install_stamp_covers_every_packaging_file():
+    """./kit reinstalls when the stamp (a hash of the packaging files) changes; setup.py says which
+    packages and data a build holds, so editing it must reinstall too."""
+    want = next(line for line in (ROOT / "kit").read_text().splitlines() if "want=" in line)
+    for name in ("pyproject.toml", "setup.py", "environment.yml"):
+        assert (ROOT / name).is_file() and name in want, name
+
+
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
