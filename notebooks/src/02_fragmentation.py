@@ -44,6 +44,8 @@ del warmup
 driver_free, total = sim.mem_get_info()
 print(f"reserved {gml.format_size(sim.memory_reserved())}, allocated "
       f"{gml.format_size(sim.memory_allocated())}, driver free {gml.format_size(driver_free)}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sim.memory_reserved() == 7 * GiB and sim.memory_allocated() == 0
 
 # %% [markdown]
@@ -60,6 +62,8 @@ blocks = [sim.empty(GiB) for _ in range(7)]
 for i, t in enumerate(blocks):
     print(f"tensor {i}: address {t.address:#x}, offset {gml.format_size(t.address - blocks[0].address)}")
 del t   # the loop variable still refers to tensor 6: drop it, or tensor 6 would never be freed
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sim.memory_stats()["num_device_alloc"] == segments_before   # no new segment
 assert all(b2.address - b1.address == GiB for b1, b2 in zip(blocks, blocks[1:]))
 
@@ -69,7 +73,11 @@ assert all(b2.address - b1.address == GiB for b1, b2 in zip(blocks, blocks[1:]))
 # Tensors 0, 2, 4 and 6 die (think: activations of some layers freed while others are kept).
 # `free_block` calls `try_merge_blocks` with each freed block's neighbours, but the neighbours are
 # live tensors 1, 3 and 5, so nothing merges. The segment now alternates free and allocated
-# gigabytes.
+# gigabytes. Before running it: how much memory will be free in total, cached by PyTorch plus
+# free on the driver?
+
+# %% tags=["predict"]
+gml.predict("02.p1", "After freeing tensors 0, 2, 4 and 6: free memory in total (cached + driver)?")
 
 # %%
 for i in (0, 2, 4, 6):
@@ -83,6 +91,9 @@ print(f"free in total        {gml.format_size(cached_free + driver_free)}")
 seg = sim.memory_snapshot()[0]
 print("the segment's blocks:", [f"{gml.format_size(b['size'])} {'used' if b['state'] == 'active_allocated' else 'free'}"
                                 for b in seg["blocks"]])
+gml.reveal("02.p1", cached_free + driver_free)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert cached_free == 4 * GiB and driver_free == 1 * GiB
 
 # %% [markdown]
@@ -109,16 +120,28 @@ fig
 #    the driver, then `alloc_block` once more. Our only segment holds live tensors, so nothing
 #    is returned; the retry fails too.
 # 6. The allocator raises `OutOfMemoryError` with the message below.
+#
+# Five GiB are free in total, and the request is for two. Your call:
+
+# %% tags=["predict"]
+gml.predict("02.p2", "Does the 2 GiB request succeed?",
+            choices=["yes, from the cache", "yes, with a new cudaMalloc", "no: out of memory"])
 
 # %%
+before = sim.memory_stats()["num_device_alloc"]
 try:
     x = sim.empty(2 * GiB)
-    raise AssertionError("the 2 GiB allocation was expected to fail")
+    outcome = "yes, from the cache" if sim.memory_stats()["num_device_alloc"] == before \
+        else "yes, with a new cudaMalloc"
 except gml.OutOfMemoryError as err:
-    message = str(err)
-print(message)
+    outcome, message = "no: out of memory", str(err)
+    print(message)
 stats = sim.memory_stats()
 print(f"\nnum_alloc_retries = {stats['num_alloc_retries']}, num_ooms = {stats['num_ooms']}")
+gml.reveal("02.p2", outcome)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert outcome == "no: out of memory"
 assert "Tried to allocate 2.00 GiB" in message
 assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
 
@@ -128,13 +151,16 @@ assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
 # hint, at the end, points at the fix of notebook 06.
 #
 # The trace shows the same: the last event is an `oom` entry carrying the request size and
-# the driver's free memory at that moment.
+# the driver's free memory at that moment. (Notation: `b = seg_0[1.00 GiB:1.00 GiB]` is tensor
+# `b`, a block 1 GiB into `seg_0` and 1 GiB long; `del b` frees it.)
 
 # %%
 trace = sim.snapshot()["device_traces"][0]
 oom = [e for e in trace if e["action"] == "oom"][-1]
 print(f"oom entry: size {gml.format_size(oom['size'])}, device_free {gml.format_size(oom['device_free'])}")
 print(gml.text_trace(sim))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert oom["size"] == 2 * GiB
 
 # %% [markdown]
@@ -149,6 +175,8 @@ assert oom["size"] == 2 * GiB
 # %%
 m = gml.fragmentation(sim.snapshot(), total_memory=sim.total_memory)
 print(m)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert m["free_bytes"] == 4 * GiB
 assert m["largest_free_block_bytes"] == 1 * GiB
 assert m["external_fragmentation"] == 0.75
@@ -173,6 +201,8 @@ device_allocs = sim.memory_stats()["num_device_alloc"]
 x = sim.empty(2 * GiB)
 print(f"2 GiB tensor at offset {gml.format_size(x.address - seg['address'])} of the segment; "
       f"new cudaMalloc calls: {sim.memory_stats()['num_device_alloc'] - device_allocs}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sim.memory_stats()["num_device_alloc"] == device_allocs
 
 # %% [markdown]
@@ -200,11 +230,13 @@ p = gml.player(sim, request=2 * GiB)
 events = [e["action"] for e in p.history.events]
 k = max(i for i, a in enumerate(events[:events.index("oom")]) if a == "free_completed")
 p.goto(k)
-print(f"event {p.index} of {len(p)}: {p.description()}")
+print(f"{p.description()}  (the trace has events 0 to {len(p) - 1})")
 m = p.metrics()
 print(f"free {m.formatted('free_bytes')} in {m['free_blocks']} blocks, largest {m.formatted('largest_free_block_bytes')}")
-assert m["largest_free_block_bytes"] == 1 * GiB and m["free_blocks"] == 4
 p
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert m["largest_free_block_bytes"] == 1 * GiB and m["free_blocks"] == 4
 
 # %% [markdown]
 # ## What helps
@@ -228,7 +260,21 @@ rec = gml.scenarios.fragmentation_oom(card)
 print(rec)
 print(rec.oom)
 print(f"free at the OOM: {gml.format_size(rec.free_at_oom)}, request: {gml.format_size(rec.oom_request)}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert rec.oom is not None and rec.free_at_oom > rec.oom_request
+
+# %% [markdown]
+# ## Exercise: free four, fit three
+#
+# Back to the seven 1 GiB tensors of steps 1-3. Choose which **four** of them to free so that a
+# **3 GiB** tensor then fits in the cache, with no new `cudaMalloc`. The check rebuilds the card,
+# frees your four and asks for 3 GiB.
+
+# %% tags=["exercise"]
+gml.exercise("02.ex")
+my_frees = [0, 2, 4, 6]        # change these: four of the tensor numbers 0..6
+gml.exercise.check("02.ex", my_frees)
 
 # %%
 gml.quiz("02")
