@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.classroom")
+GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.classroom", "gpumemlab.cli.selftest")
 
 
 class CLIError(Exception):

@@ -8,9 +8,14 @@ a shared GPU's memory; history is recorded (``torch.cuda.memory._record_memory_h
 through ``torch.cuda.memory._set_allocator_settings`` where PyTorch allows it; ``backend`` is read
 once at start-up, so changing it needs a kernel restart with ``PYTORCH_CUDA_ALLOC_CONF`` set.
 
+Before it takes anything it checks that the budget fits the card and is free now
+(``budget.decide_budget``): a budget larger than the card is refused (``BudgetError``), a card
+too busy for it raises ``CardTooBusyError`` (``device()`` then says so and returns the simulator).
+``budget_message`` says what it took.
+
 The fraction and the history are process-wide in PyTorch, so one CudaGPU is open at a time:
 opening another closes the previous one. ``close()`` frees every allocation it made, empties the
-cache, stops recording and lifts the cap.
+cache, stops recording, lifts the cap, and returns a line saying so.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from collections import OrderedDict
 
 from gpumemlab.allocator import round_size
 from gpumemlab.units import format_size, parse_size
+from .budget import BudgetError, CardTooBusyError, decide_budget, fraction_for
 
 from .simulated import SimulatedGPU
 
@@ -90,13 +96,20 @@ class CudaGPU:
         self.name = props.name
         self.device_total_memory = int(props.total_memory)
         self.budget = parse_size(budget, name="budget")
-        if not 2 * 1024 * 1024 <= self.budget <= self.device_total_memory:
-            raise ValueError(f"budget {format_size(self.budget)} must be between 2 MiB and the "
-                             f"device's {format_size(self.device_total_memory)}")
+        if self.budget > self.device_total_memory:     # refused before touching the card
+            raise BudgetError(f"a budget of {format_size(self.budget)} is larger than "
+                              f"{self.name}'s {format_size(self.device_total_memory)}: refused")
+        torch.cuda.empty_cache()
+        free, _total = torch.cuda.mem_get_info(device_index)
+        decision = decide_budget(self.budget, self.device_total_memory, int(free),
+                                 process_reserved=int(torch.cuda.memory_reserved(self._dev)),
+                                 name=f"GPU {device_index} ({self.name})")
+        if not decision.use_cuda:
+            raise CardTooBusyError(decision.message)
+        self.budget_message = decision.message
         self._allocations = weakref.WeakSet()
         self._streams = {}
         self._closed = False
-        torch.cuda.empty_cache()
         self.set_per_process_memory_fraction(1.0)
         if alloc_conf:
             self.set_allocator_settings(alloc_conf)
@@ -213,7 +226,7 @@ class CudaGPU:
         if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
             raise ValueError(f"fraction must be a number in [0, 1], got {fraction!r}")
         self._torch.cuda.set_per_process_memory_fraction(
-            fraction * self.budget / self.device_total_memory, self._dev)
+            fraction_for(int(fraction * self.budget), self.device_total_memory), self._dev)
 
     def set_allocator_settings(self, settings: str) -> None:
         """``torch.cuda.memory._set_allocator_settings``; options PyTorch reads only at start-up
@@ -236,24 +249,30 @@ class CudaGPU:
             raise RuntimeError("this CudaGPU was closed (another one was opened, or close() "
                                "was called): make a new one")
 
-    def close(self) -> None:
-        """Free every allocation this device made, empty the cache, stop recording, lift the cap."""
+    def close(self) -> str:
+        """Free every allocation this device made, empty the cache, stop recording, lift the cap;
+        return a line saying what was given back."""
         global _current
         if self._closed:
-            return
+            return "this CudaGPU was already closed"
         self._closed = True
-        for a in list(self._allocations):
-            if not a.freed:
-                a.tensor = None
+        live = [a for a in list(self._allocations) if not a.freed]
+        for a in live:
+            a.tensor = None
         self._streams.clear()
         torch = self._torch
         torch.cuda.synchronize(self._dev)
+        reserved = torch.cuda.memory_reserved(self._dev)
         torch.cuda.empty_cache()
+        returned = reserved - torch.cuda.memory_reserved(self._dev)
         if self._recording:
             torch.cuda.memory._record_memory_history(enabled=None, device=self.device_index)
         torch.cuda.set_per_process_memory_fraction(1.0, self._dev)
         if _current is not None and _current() is self:
             _current = None
+        return (f"closed the CudaGPU: freed {len(live)} live allocation(s) of "
+                f"{format_size(sum(a.nbytes for a in live))}, returned {format_size(returned)} of "
+                f"cached memory to the driver, lifted the {format_size(self.budget)} cap")
 
     def __enter__(self):
         return self
@@ -266,17 +285,27 @@ class CudaGPU:
 def device(kind: str = "auto", memory=None, alloc_conf: str | None = None, **kwargs):
     """A CudaGPU when CUDA is available, else a SimulatedGPU; ``GPUMEMLAB_DEVICE=sim|cuda``
     overrides ``kind="auto"``. ``memory`` is the CudaGPU budget (default 4 GiB) or the simulated
-    card's size (default 24 GiB). ``repr()``/``describe()`` says in one line which it is."""
+    card's size (default 24 GiB). ``repr()``/``describe()`` says in one line which it is. Chosen
+    automatically, a CUDA card too busy for the budget prints why and gives a simulator of the
+    budget's size; ``kind="cuda"`` raises ``CardTooBusyError`` instead."""
     if kind not in ("auto", "sim", "simulated", "cuda"):
         raise ValueError(f"kind must be 'auto', 'sim' or 'cuda', not {kind!r}")
-    if kind == "auto":
+    auto = kind == "auto"
+    if auto:
         env = os.environ.get("GPUMEMLAB_DEVICE", "").strip().lower()
         if env and env not in ("sim", "simulated", "cuda", "auto"):
             raise ValueError(f"GPUMEMLAB_DEVICE must be 'sim' or 'cuda', not {env!r}")
-        kind = env if env and env != "auto" else ("cuda" if cuda_available() else "sim")
+        auto = not env or env == "auto"
+        kind = env if not auto else ("cuda" if cuda_available() else "sim")
     if kind == "cuda":
         if not cuda_available():
             raise RuntimeError("a CUDA device was asked for (kind='cuda' or GPUMEMLAB_DEVICE=cuda) "
                                "but torch.cuda.is_available() is False")
-        return CudaGPU(budget=memory or "4GiB", alloc_conf=alloc_conf, **kwargs)
+        try:
+            return CudaGPU(budget=memory or "4GiB", alloc_conf=alloc_conf, **kwargs)
+        except CardTooBusyError as exc:
+            if not auto:
+                raise
+            print(f"gpumemlab: {exc}")        # the one line a lesson shows before going on
+            return SimulatedGPU(memory or "4GiB", alloc_conf=alloc_conf)
     return SimulatedGPU(memory or "24GiB", alloc_conf=alloc_conf, **kwargs)

@@ -73,6 +73,7 @@ class _Run:
             ok = True
         except Exception as exc:
             if not _is_oom(exc):
+                exc.gml_record = self.rec        # a device error: the steps done until then
                 raise
             ok = False
             if self.rec.oom is None:
@@ -86,8 +87,21 @@ class _Run:
     def free(self, key, what="free"):
         a = self.live.pop(key)
         nbytes = a.nbytes
-        a.free()
+        try:
+            a.free()
+        except Exception as exc:
+            exc.gml_record = self.rec
+            raise
         self._step(what, -nbytes, True)
+
+    def act(self, what, fn, *args):
+        """A step that allocates nothing (``empty_cache()``, a memory fraction): ``fn(*args)``."""
+        try:
+            fn(*args)
+        except Exception as exc:
+            exc.gml_record = self.rec
+            raise
+        self._step(what, 0, True)
 
     def _step(self, what, nbytes, ok):
         gpu = self.gpu
