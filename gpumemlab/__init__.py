@@ -31,6 +31,7 @@ _LAZY = {
     "capture": ("gpumemlab.recordings.capture", "capture"),
     "replay": ("gpumemlab.recordings.replay", "replay"),
     "scenarios": ("gpumemlab.devices.scenarios", None),
+    "experiment": ("gpumemlab.devices.experiment", "experiment"),
     # views and metrics
     "show": ("gpumemlab.viz", "show"),
     "timeline": ("gpumemlab.viz", "timeline"),

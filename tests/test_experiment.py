@@ -1,0 +1,55 @@
+"""gml.experiment: the model's prediction beside a measurement, one line per scenario; without
+CUDA one line that says so. The measured path runs its child process on the model here."""
+import json
+
+import pytest
+
+import gpumemlab as gml
+from gpumemlab.devices import selftest as st
+
+GiB = 1024**3
+
+
+def _child_on_model(scenario, budget):
+    return st.run_on_cuda(scenario, budget, device="sim")
+
+
+def test_without_cuda_one_line_and_the_prediction():
+    out = gml.experiment("fragmentation_oom", gml.SimulatedGPU("8GiB", alloc_conf=""))
+    (r,) = out
+    line = str(out)
+    assert "\n" not in line and "not a CUDA GPU here, so the simulator only" in line
+    assert r.equal is None and out.equal is None and r.measured is None
+    assert f"an OOM at step {r.predicted['oom_step']}" in line
+    assert r.record.oom and r.record.notes["chunk"] == 8 * GiB // 16   # the card's size is used
+
+
+def test_measured_beside_predicted():
+    out = gml.experiment(["activations", "activations_checkpointed"],
+                         gml.SimulatedGPU("2GiB"), measure=_child_on_model)
+    assert out.equal is True and len(str(out).splitlines()) == 2
+    for r in out:
+        assert "the model predicts" in str(r) and "your GPU measured" in str(r)
+        assert f"the same at all {len(r.predicted['steps'])} steps" in str(r)
+
+
+def test_a_difference_is_shown_first():
+    def off_by_a_block(scenario, budget):
+        m = json.loads(json.dumps(_child_on_model(scenario, budget)))
+        m["steps"][2][2] += 512
+        return m
+    (r,) = gml.experiment("cache_reuse", gml.SimulatedGPU("2GiB"), measure=off_by_a_block)
+    assert r.equal is False and "1 difference(s), first: step 2" in str(r)
+
+
+def test_a_card_that_could_not_run_it():
+    def busy(scenario, budget):
+        return {"name": scenario.name, "steps": [], "oom_step": None, "segments": [],
+                "stats": {}, "error": "CardTooBusyError: GPU 0 is too busy"}
+    (r,) = gml.experiment("kv_paged", gml.SimulatedGPU("2GiB"), measure=busy)
+    assert r.equal is False and "your GPU could not run it: CardTooBusyError" in str(r)
+
+
+def test_unknown_scenario():
+    with pytest.raises(KeyError, match="no scenario"):
+        gml.experiment("nope", gml.SimulatedGPU("2GiB"))
