@@ -1,6 +1,6 @@
-"""Real-GPU recordings (tests/fixtures/snapshots/cuda_*.pickle, made by tests/gpu/record_fixtures.py
-on a CUDA card) replay on the model with 0 address mismatches. Skipped while none are committed;
-the recording script itself is checked here with a dry run on the model."""
+"""Real-GPU recordings (cuda_<scenario>.pickle in tests/fixtures/snapshots/, made on a CUDA card
+by tests/gpu/record_fixtures.py) replay on the model with 0 address mismatches. Skipped while
+none are committed; the recording script itself is checked here with a dry run on the model."""
 import json
 import subprocess
 import sys
