@@ -39,6 +39,8 @@ _LAZY = {
     "text_blockmap": ("gpumemlab.viz", "text_blockmap"),
     "text_trace": ("gpumemlab.viz", "text_trace"),
     "fragmentation": ("gpumemlab.viz.metrics", "fragmentation"),
+    # the OOM doctor
+    "doctor": ("gpumemlab.doctor", None),    # the room itself is callable (see its docstring)
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
-GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.classroom", "gpumemlab.cli.selftest")
+GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.classroom",
+          "gpumemlab.cli.selftest")
 
 
 class CLIError(Exception):
@@ -49,6 +51,9 @@ def main(argv=None) -> int:
     except CLIError as exc:
         print(f"gpumemlab {args.command}: error: {exc}", file=sys.stderr)
         return exc.status
+    except BrokenPipeError:          # e.g. piped into head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit
+        return 0
     except KeyboardInterrupt:
         print("gpumemlab: interrupted", file=sys.stderr)
         return 130

@@ -29,37 +29,19 @@ from __future__ import annotations
 import time
 
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
-from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, VA_LIMIT, AddressInUseError
-from gpumemlab.units import parse_size
+from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
 from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
 from .replay_result import ReplayError, ReplayResult, Timeline
+from .replay_setup import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
+from .replay_setup import capacity as capacity_of
 from .replay_start import build_start_state, scan_start_state
 from .source import read_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
 
-UNLIMITED_BYTES = 1 << 42          # "no capacity limit": 4 TiB (leaves the model address space)
 _PROGRESS_EVERY = 1 << 16
-
-
-def recorded_alloc_conf(snapshot: dict) -> str:
-    """The ``PYTORCH_CUDA_ALLOC_CONF`` string a snapshot was recorded under ("" = defaults)."""
-    settings = snapshot.get("allocator_settings") or {}
-    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
-    if conf:
-        return str(conf)
-    parts = []   # no string kept: rebuild from the decoded fields
-    mss = settings.get("max_split_size", -1)
-    if isinstance(mss, int) and mss > 0:
-        parts.append(f"max_split_size_mb:{mss // (1024 * 1024)}")
-    if settings.get("expandable_segments"):
-        parts.append("expandable_segments:True")
-    gc = settings.get("garbage_collection_threshold") or 0
-    if gc:
-        parts.append(f"garbage_collection_threshold:{gc}")
-    return ",".join(parts)
 
 
 def _source(source, device):
@@ -86,29 +68,9 @@ def _source(source, device):
     return traces[device], segments, snap, name, device
 
 
-def replay_devices(snapshot) -> list:
-    """The devices of ``snapshot`` (a normalized dict) with a trace to replay, in order."""
-    out = []
-    for d, t in enumerate(snapshot.get("device_traces") or []):
-        if t and not (len(t) <= 1 and any(e["action"] == "snapshot" for e in t)):
-            out.append(d)
-    return out
-
-
-def _address_shift(segments, trace):
-    """An offset moving recorded addresses into the simulated driver's address range."""
-    addrs = [s["address"] for s in segments]
-    addrs += [e["addr"] for e in trace if e["action"] in ("segment_alloc", "segment_map")]
-    if not addrs or (min(addrs) >= VA_BASE and max(addrs) < VA_LIMIT - (1 << 40)):
-        return 0
-    shift = VA_BASE - (min(addrs) & ~(2 * 1024 * 1024 - 1))
-    if max(addrs) + shift >= VA_LIMIT - (1 << 40):
-        raise ReplayError("recorded addresses span more address space than the model has")
-    return shift
-
-
 def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
-           history: bool = False, stop_on_oom: bool = True, progress=None) -> ReplayResult:
+           history: bool = False, stop_on_oom: bool = True, stop_at: int | None = None,
+           progress=None) -> ReplayResult:
     """Replay ``source`` on the allocator model and return a :class:`ReplayResult`.
 
     Args:
@@ -122,6 +84,8 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
             is that device (its OOM messages name it).
         history: record the replay's own trace into the final snapshot (slower).
         stop_on_oom: stop at the first allocation that runs out of memory.
+        stop_at: replay only the entries before this index (the state just before entry
+            ``stop_at``, e.g. a recorded OOM).
         progress: called as ``progress(done, total)`` every 65536 entries.
     """
     if gpu is not None and (alloc_conf is not None or total_memory is not None):
@@ -134,7 +98,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     recorded_conf = "" if is_capture else recorded_alloc_conf(snap)
     faithful = not is_capture and alloc_conf is None and gpu is None
     conf = recorded_conf if alloc_conf is None else str(alloc_conf)
-    capacity = _capacity(total_memory, trace, segments)
+    capacity = capacity_of(total_memory, trace, segments)
     if gpu is not None:
         alloc = gpu.allocator
         conf, capacity = alloc.config.last_allocator_settings or "", alloc.total_memory
@@ -145,21 +109,27 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
             raise ReplayError(f"alloc_conf {conf!r}: {exc}") from None
         alloc = DeviceCachingAllocator(capacity, config=config, device=device,
                                        record_history=False)
-    shift = _address_shift(segments, trace) if faithful else 0
+    shift = address_shift(segments, trace) if faithful else 0
     translate = (lambda a: a + shift) if shift else (lambda a: a)
     start = scan_start_state(segments, trace, alloc.config)
     notes = list(start.notes)
+    start_oom = None
     if faithful:
         live, start_problems = build_start_state(alloc, start, translate)
     else:
-        live, start_problems = _start_whatif(alloc, start), []
+        live, start_oom = _start_whatif(alloc, start)
+        start_problems = []
     if gpu is None:   # the rebuild is not part of the recording; a learner's gpu is left alone
         alloc.reset_peak_stats()
         alloc.reset_accumulated_stats()
     if history:
         alloc.record_history_settings(True)
     t0 = time.perf_counter()
-    run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress)
+    end = len(trace) if stop_at is None else max(0, min(int(stop_at), len(trace)))
+    if start_oom is not None:      # the card is too small for what was live when recording began
+        run = _not_run(start_oom)
+    else:
+        run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end)
     elapsed = time.perf_counter() - t0
     if run["unknown_frees"]:
         notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
@@ -182,49 +152,39 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         notes=notes, elapsed_s=elapsed, address_shift=shift)
 
 
-def _capacity(total_memory, trace, segments):
-    if total_memory is not None:
-        return parse_size(total_memory, name="total_memory")
-    # an OOM in the recording tells the device size: reserved then + what the driver had free
-    for e in trace:
-        if e["action"] == "oom":
-            return _reserved_at_first_oom(trace, segments) + e["device_free"]
-    return UNLIMITED_BYTES
-
-
-def _reserved_at_first_oom(trace, segments):
-    delta = 0
-    for e in trace:
-        a = e["action"]
-        if a == "oom":
-            break
-        if a in ("segment_alloc", "segment_map"):
-            delta += e["size"]
-        elif a in ("segment_free", "segment_unmap"):
-            delta -= e["size"]
-    # final reserved minus the whole trace's change gives reserved at the start
-    total_delta = sum(e["size"] if e["action"] in ("segment_alloc", "segment_map") else -e["size"]
-                      for e in trace if e["action"] in ("segment_alloc", "segment_map",
-                                                        "segment_free", "segment_unmap"))
-    start = sum(s["total_size"] for s in segments) - total_delta
-    return max(start + delta, 0)
-
-
 def _start_whatif(alloc, start):
-    """Allocations live at the start, made in address order with the model's own addresses."""
+    """Allocations live at the start, made in address order with the model's own addresses.
+
+    Returns (recorded address -> Block, None), or (partial, oom) when the card runs out first:
+    ``oom`` is reported as an OOM at entry 0 whose ``shortfall_bytes`` is a lower bound on the
+    memory missing (the start allocations not yet made, less what the driver still had free).
+    """
     live = {}
-    for addr in sorted(start.live):
+    order = sorted(start.live)
+    for k, addr in enumerate(order):
         p = start.live[addr]
-        live[addr] = alloc.malloc(p.requested_size or p.size, 0)
-    return live
+        try:
+            live[addr] = alloc.malloc(p.requested_size or p.size, 0)
+        except OutOfMemoryError as exc:
+            missing = sum(start.live[a].size for a in order[k:])
+            return live, {"index": 0, "entry": None, "size": p.size, "message": str(exc),
+                          "during": "start state",
+                          "shortfall_bytes": max(missing - exc.device_free, p.size - exc.device_free, 0)}
+    return live, None
+
+
+def _not_run(oom):
+    return {"timeline": Timeline(), "oom": oom, "allocations": 0, "mismatches": 0,
+            "segment_mismatches": 0, "oom_mismatches": 0, "unknown_frees": 0,
+            "double_allocs": 0, "replayed": 0}
 
 
 _RELEASES = ("segment_free", "segment_unmap")
 _MALLOC_GROWS = ("segment_alloc", "oom", "segment_map")
 
 
-def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
-    """The hot loop: one pass over the trace, no per-entry copies."""
+def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n):
+    """The hot loop: one pass over the first ``n`` trace entries, no per-entry copies."""
     timeline = Timeline()
     t_alloc, t_res, t_req = timeline.allocated.append, timeline.reserved.append, \
         timeline.requested.append
@@ -239,7 +199,6 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
     pending_segment = None        # recorded cudaMalloc address for the next malloc
     pending_map = None            # first recorded segment_map since the last malloc
     requested_frees = set()       # free_requested seen, free_completed not yet (other streams)
-    n = len(trace)
     i = 0
     while i < n:
         e = trace[i]
@@ -349,7 +308,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress):
             progress(i, n)
     if progress is not None:
         progress(i, n)
-    if i >= n:
+    if i >= len(trace):
         _leave_pending(alloc, live, requested_frees)
     return {"timeline": timeline, "oom": oom, "allocations": allocations, "mismatches": mismatches,
             "segment_mismatches": segment_mismatches, "oom_mismatches": oom_mismatches,

@@ -1,0 +1,41 @@
+"""The OOM doctor: from a pasted "CUDA out of memory" message or a snapshot to the cause and the
+setting that would have saved the run.
+
+``gml.doctor(source)`` (``api.doctor``) reads a message (``message``, ``message_mode``: every form
+PyTorch has printed) or a snapshot (``snapshot_mode``: faithful replay, the OOM, its kind and
+``evidence``, then ``search`` of the allocator settings and the smallest card, each verified by a
+replay; ``state_only`` for a snapshot without a trace) and returns a ``diagnosis.Diagnosis``,
+rendered as text or JSON (``report``) or a self-contained HTML page (``report_html``).
+
+This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and
+importing any ``gpumemlab.doctor.*`` module sets ``gpumemlab.doctor`` to this package, so the
+package calls ``api.doctor`` rather than letting the function be shadowed by its own room.
+Importing this package imports none of its modules.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+from gpumemlab._lazy import lazy_attributes
+
+_LAZY = {
+    "doctor": (".api", "doctor"),
+    "Diagnosis": (".diagnosis", "Diagnosis"),
+    "Fix": (".diagnosis", "Fix"),
+    "parse_message": (".message", "parse_message"),
+    "NotAnOOMMessage": (".message", "NotAnOOMMessage"),
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+
+
+class _CallableRoom(types.ModuleType):
+    def __call__(self, source=None, **kwargs):
+        """``gml.doctor(source, *, message=None, total_memory=None, request=None, device=None,
+        search=True)``: see :func:`gpumemlab.doctor.api.doctor`."""
+        return self.doctor(source, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableRoom

@@ -1,0 +1,49 @@
+"""``gml.doctor``: one entry for both modes, deciding from what it is given.
+
+A snapshot (file path, dict, device, replay result, ``Snapshot``) goes to snapshot mode; a
+message (``message=``, an exception such as ``torch.OutOfMemoryError``, or a string that holds
+"out of memory" and is not a file) goes to message mode.
+"""
+from __future__ import annotations
+
+import os
+
+from .diagnosis import Diagnosis
+from .message import NotAnOOMMessage
+from .message_mode import diagnose_message
+from .snapshot_mode import diagnose_snapshot
+
+__all__ = ["doctor", "NotAnOOMMessage"]
+
+
+def doctor(source=None, *, message: str | None = None, total_memory=None, request=None,
+           device=None, search: bool = True) -> Diagnosis:
+    """Diagnose an out-of-memory error and say what would have avoided it.
+
+    Args:
+        source: a snapshot (file, dict, device, replay result), an OOM exception, or the text
+            of an OOM message.
+        message: the text of a "CUDA out of memory" message (instead of ``source``).
+        total_memory: the card's size (bytes or "80GiB"): the first OOM on that card is
+            diagnosed, and memory outside PyTorch's allocator is what it leaves over.
+        request: for a snapshot without a trace: the request size to check against the state.
+        device: which device's trace to replay (default: the first with one).
+        search: replay the settings search and the smallest-card search (snapshot mode).
+
+    Returns a :class:`~gpumemlab.doctor.diagnosis.Diagnosis` (``print`` it; ``.as_dict()``;
+    ``.html()`` for a self-contained page). Raises ``NotAnOOMMessage`` for a text that holds no
+    OOM message, ``SnapshotError`` for a snapshot that cannot be read.
+    """
+    if message is not None:
+        if source is not None:
+            raise TypeError("pass a snapshot or message=, not both")
+        return diagnose_message(message)
+    if source is None:
+        raise TypeError("doctor() needs a snapshot, an OOM exception or message=")
+    if isinstance(source, BaseException):
+        return diagnose_message(str(source), source=type(source).__name__)
+    if isinstance(source, str) and not os.path.exists(source) and (
+            "\n" in source or "out of memory" in source.lower()):
+        return diagnose_message(source)
+    return diagnose_snapshot(source, total_memory=total_memory, request=request, device=device,
+                             search=search)

@@ -1,0 +1,105 @@
+"""What the doctor returns: a :class:`Diagnosis` (the kind of OOM, the figures, the evidence, the
+ranked fixes) and its :class:`Fix` entries, for both a pasted message and a snapshot.
+
+The three kinds, decided the same way in both modes:
+
+* ``"outside_pytorch"``: memory held outside PyTorch's allocator (other processes, the CUDA
+  context, other libraries) is larger than what PyTorch reserved: no allocator setting helps;
+* ``"fragmentation"``: the request would fit if the memory the allocator holds free were one
+  piece (a message: reserved-but-unallocated >= the request; a snapshot: allocated + request
+  fits the card);
+* ``"exhaustion"``: it would not: the program needs more memory than the card has.
+
+``kind`` is ``"no_oom"`` for a recording that fits, ``None`` when the input does not say enough.
+Sizes are bytes; a field the input does not give is None.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .report import to_json, to_text
+from .report_html import to_html
+
+__all__ = ["Diagnosis", "Fix", "KINDS"]
+
+KINDS = ("outside_pytorch", "fragmentation", "exhaustion")
+
+
+@dataclass
+class Fix:
+    """One thing to change, with why it would help and how to do it.
+
+    ``alloc_conf`` is the ``PYTORCH_CUDA_ALLOC_CONF`` string for an allocator setting (None for
+    other fixes); in snapshot mode ``fits``/``peak_reserved_bytes``/``headroom_bytes``/
+    ``first_failing_entry`` come from replaying the recording under it (``verified`` True).
+    """
+
+    name: str
+    why: str
+    how: str = ""
+    code: str = ""
+    alloc_conf: str | None = None
+    fits: bool | None = None
+    peak_reserved_bytes: int | None = None
+    headroom_bytes: int | None = None
+    first_failing_entry: int | None = None
+    verified: bool = False
+    total_memory_bytes: int | None = None
+
+
+@dataclass
+class Diagnosis:
+    """A diagnosis (see the module docstring for ``kind``).
+
+    ``summary`` is one paragraph; ``evidence`` lines of facts the input shows; ``cannot_tell``
+    what this input cannot show; ``assumptions`` what a replay took for granted; ``precision``
+    maps a field to the bytes of rounding in the text it came from (message mode).
+    """
+
+    mode: str                               # "message" or "snapshot"
+    source: str
+    kind: str | None
+    summary: str
+    requested_bytes: int | None = None
+    total_bytes: int | None = None
+    free_bytes: int | None = None
+    allocated_bytes: int | None = None
+    reserved_bytes: int | None = None
+    reserved_unallocated_bytes: int | None = None
+    non_pytorch_bytes: int | None = None
+    other_processes_bytes: int | None = None
+    device: int | None = None
+    fixes: list = field(default_factory=list)
+    evidence: list = field(default_factory=list)
+    cannot_tell: list = field(default_factory=list)
+    assumptions: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    precision: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)  # mode-specific structured evidence
+    views: dict = field(default_factory=dict, repr=False)   # for the HTML report, not JSON
+
+    @property
+    def recommended(self) -> Fix | None:
+        """The first fix that a replay verified fits (snapshot mode), else None."""
+        return next((f for f in self.fixes if f.verified and f.fits), None)
+
+    def __str__(self) -> str:
+        return to_text(self)
+
+    def json(self) -> str:
+        return to_json(self)
+
+    def html(self) -> str:
+        """A self-contained HTML page (inline SVG and CSS, no script, no network)."""
+        return to_html(self)
+
+    def _repr_html_(self) -> str:
+        return to_html(self, fragment=True)
+
+    def as_dict(self) -> dict:
+        """The JSON form: every field but ``views``; fixes as plain dicts."""
+        out = asdict(self)
+        out.pop("views")
+        rec = self.recommended
+        out["recommended"] = None if rec is None else rec.name
+        return out

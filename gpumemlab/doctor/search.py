@@ -1,0 +1,154 @@
+"""Search the allocator settings on the replay: which ``PYTORCH_CUDA_ALLOC_CONF`` would have let a
+recorded run fit, and the smallest card it fits on.
+
+Every candidate is a what-if replay (``gml.replay(snap, alloc_conf=..., total_memory=...)``) of the
+same allocation sequence on the same capacity, stopped at its first OOM; it reports fits or not,
+peak reserved, headroom (capacity - peak reserved) and the first failing entry. The candidates:
+``expandable_segments:True``; ``max_split_size_mb`` from 32 MiB up to the largest request (powers
+of two); ``garbage_collection_threshold`` 0.6 and 0.8, which c10 only applies under a memory
+fraction (``per_process_memory_fraction``, newest PyTorch; ``set_per_process_memory_fraction``
+in code), so each comes with one just under 1.0; ``roundup_power2_divisions`` 4 and 8; and
+combinations of the best single settings. The smallest card is a binary search on the capacity
+under the recorded settings, to 2 MiB (c10 ``kRoundLarge``); it assumes that a run which fits a
+card fits every bigger one, and the answer is verified by its own replay.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpumemlab.allocator.config import AllocatorConfig
+from gpumemlab.recordings.replay import replay
+from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
+
+__all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card"]
+
+MiB = 1 << 20
+_STEP = 2 * MiB
+FRACTION = 0.99   # the memory fraction that switches garbage collection on, giving up 1% of the card
+
+
+@dataclass
+class Candidate:
+    """One replayed setting: ``changes`` counts the keys it changes from the recorded settings."""
+
+    name: str
+    alloc_conf: str
+    changes: int
+    fits: bool | None = None
+    peak_reserved_bytes: int | None = None
+    headroom_bytes: int | None = None
+    first_failing_entry: int | None = None
+    shortfall_bytes: int | None = None
+    error: str | None = None
+
+
+def _join(recorded: str, extra: str) -> str:
+    """The recorded settings with ``extra``'s keys replaced (a later key wins in c10's parser)."""
+    return ",".join(p for p in (recorded, extra) if p)
+
+
+def candidates(recorded_conf: str, max_request: int, *, expandable_on: bool) -> list:
+    """The settings to try, single changes first, then combinations."""
+    out = []
+    if not expandable_on:
+        out.append(Candidate("expandable_segments", "expandable_segments:True", 1))
+    split = 32
+    while split * MiB <= max(max_request, 64 * MiB) and split <= 64 * 1024:
+        out.append(Candidate(f"max_split_size_mb:{split}", f"max_split_size_mb:{split}", 1))
+        split *= 4 if split >= 512 else 2
+    for gc in (0.6, 0.8):
+        out.append(Candidate(f"garbage_collection_threshold:{gc}",
+                             f"garbage_collection_threshold:{gc},"
+                             f"per_process_memory_fraction:{FRACTION}", 2))
+    for div in (4, 8):
+        out.append(Candidate(f"roundup_power2_divisions:{div}", f"roundup_power2_divisions:{div}", 1))
+    return out
+
+
+def combinations(singles: list, expandable_on: bool) -> list:
+    """Pairs of the two best single candidates of different keys (by fit, then peak reserved)."""
+    ranked = sorted((c for c in singles if c.error is None),
+                    key=lambda c: (not c.fits, c.peak_reserved_bytes or 0))
+    best, keys = [], set()
+    for c in ranked:
+        key = c.name.split(":")[0]
+        if key not in keys:
+            best.append(c)
+            keys.add(key)
+        if len(best) == 2:
+            break
+    out = []
+    if len(best) == 2:
+        a, b = best
+        out.append(Candidate(f"{a.name} + {b.name}", f"{a.alloc_conf},{b.alloc_conf}",
+                             a.changes + b.changes))
+    if not expandable_on:
+        split = next((c for c in ranked if c.name.startswith("max_split_size_mb")), None)
+        if split is not None:
+            out.append(Candidate(f"expandable_segments + {split.name}",
+                                 f"expandable_segments:True,{split.alloc_conf}", 2))
+    seen, unique = {s.alloc_conf for s in singles}, []
+    for c in out:
+        if c.alloc_conf not in seen:
+            seen.add(c.alloc_conf)
+            unique.append(c)
+    return unique
+
+
+def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device: int,
+                  stop_at=None) -> Candidate:
+    """Replay ``c`` (on top of the recorded settings) on ``capacity`` bytes; fill in its figures."""
+    conf = _join(recorded_conf, c.alloc_conf)
+    try:
+        AllocatorConfig.parse(conf)
+    except ValueError as exc:
+        c.error = str(exc)
+        return c
+    r = replay(snap, alloc_conf=conf, total_memory=capacity, device=device, stop_at=stop_at)
+    c.fits = r.oom is None
+    c.peak_reserved_bytes = r.peak_reserved
+    c.headroom_bytes = capacity - r.peak_reserved if c.fits else None
+    c.first_failing_entry = None if r.oom is None else r.oom["index"]
+    c.shortfall_bytes = None if r.oom is None else r.oom.get("shortfall_bytes")
+    return c
+
+
+def search_settings(snap, recorded_conf: str, capacity: int, device: int, max_request: int,
+                    expandable_on: bool, stop_at=None) -> list:
+    """Every candidate replayed; singles first, then combinations."""
+    singles = [run_candidate(snap, c, recorded_conf, capacity, device, stop_at)
+               for c in candidates(recorded_conf, max_request, expandable_on=expandable_on)]
+    combos = [run_candidate(snap, c, recorded_conf, capacity, device, stop_at)
+              for c in combinations(singles, expandable_on)]
+    return singles + combos
+
+
+def smallest_card(snap, conf: str, device: int, *, stop_at=None) -> dict:
+    """The least capacity (to 2 MiB) on which ``snap`` replays under ``conf`` without an OOM.
+
+    Returns ``{"bytes", "peak_reserved_bytes", "replays"}``; ``bytes`` is None when even an
+    unlimited card runs out (a request beyond the model's address space).
+    """
+    top = replay(snap, alloc_conf=conf, total_memory=UNLIMITED_BYTES, device=device,
+                 stop_at=stop_at)
+    replays = 1
+    if top.oom is not None:
+        return {"bytes": None, "peak_reserved_bytes": None, "replays": replays}
+    hi = -(-top.peak_reserved // _STEP) * _STEP          # fits: the unlimited run never needed more
+    lo = max(top.peak_allocated // _STEP * _STEP - _STEP, 0)   # cannot fit: below what was live
+    best_peak, verified = top.peak_reserved, False
+    while hi - lo > _STEP:
+        mid = (lo + hi) // 2 // _STEP * _STEP
+        r = replay(snap, alloc_conf=conf, total_memory=mid, device=device, stop_at=stop_at)
+        replays += 1
+        if r.oom is None:
+            hi, best_peak, verified = mid, r.peak_reserved, True
+        else:
+            lo = mid
+    if not verified:
+        r = replay(snap, alloc_conf=conf, total_memory=hi, device=device, stop_at=stop_at)
+        replays += 1
+        if r.oom is not None:        # not monotone after all: say so rather than guess
+            return {"bytes": None, "peak_reserved_bytes": None, "replays": replays}
+        best_peak = r.peak_reserved
+    return {"bytes": hi, "peak_reserved_bytes": best_peak, "replays": replays}
