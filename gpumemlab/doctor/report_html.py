@@ -83,7 +83,7 @@ def _figures(d):
 def _fixes_table(d):
     rec = d.recommended
     head = "<tr><th>fix</th><th>fits</th><th>peak reserved</th><th>headroom</th>" \
-           "<th>first failing entry</th><th>how</th><th>why</th></tr>"
+           "<th>first failing entry</th><th>how, and why</th></tr>"
     rows = []
     for f in d.fixes:
         fits = "-" if f.fits is None else ("<span class='fits'>yes</span>" if f.fits
@@ -93,7 +93,7 @@ def _fixes_table(d):
         rows.append(f"<tr><td>{name}</td><td>{fits}</td><td>{_size(f.peak_reserved_bytes)}</td>"
                     f"<td>{_size(f.headroom_bytes)}</td><td>"
                     f"{'-' if f.first_failing_entry is None else f.first_failing_entry}</td>"
-                    f"<td>{how}</td><td class='small'>{_e(f.why)}</td></tr>")
+                    f"<td>{how}<br><span class='small'>{_e(f.why)}</span></td></tr>")
     note = ("<p class='small'>Each setting was replayed on the recording; fits = the replay "
             "reached the end without an OOM.</p>" if d.mode == "snapshot" else
             "<p class='small'>From a message alone nothing is verified: give the doctor a "
@@ -101,14 +101,14 @@ def _fixes_table(d):
     return f"<table>{head}{''.join(rows)}</table>{note}"
 
 
-def blockmap_svg(segments, state, shift=0, width=900) -> str:
+def blockmap_svg(segments, state, shift=0, width=760) -> str:
     """Segments as rows of blocks to scale (the widest row is the largest segment)."""
     groups, left_out = group_segments(segments, MAP_ROWS)
     if not groups:
         return "<p>(no segments)</p>"
     largest = (state.get("largest_free_block") or {}).get("address")
     biggest = max(g["total_size"] for g in groups)
-    row_h, label_w = 16, 260
+    row_h, label_w = 16, 240
     h = row_h * len(groups) + 24
     out = [f"<svg width='{width + label_w}' height='{h}' "
            f"role='img' aria-label='block map'>"]
@@ -150,12 +150,12 @@ def _reduce(values, n):
     return out
 
 
-def timeline_svg(timeline, capacity=None, oom_index=None, width=900, height=220) -> str:
+def timeline_svg(timeline, capacity=None, oom_index=None, width=1000, height=240) -> str:
     """Reserved (orange) and allocated (blue) after every entry; capacity dashed; OOM red."""
     reserved, allocated = list(timeline.reserved), list(timeline.allocated)
     n = len(reserved)
     top = max(max(reserved), capacity or 0, 1)
-    sx, sy = (width - 60) / max(n - 1, 1), (height - 30) / top
+    sx, sy = (width - 60) / max(n - 1, 1), (height - 50) / top
 
     def pts(values):
         return " ".join(f"{50 + i * sx:.1f},{height - 20 - v * sy:.1f}"
@@ -167,14 +167,16 @@ def timeline_svg(timeline, capacity=None, oom_index=None, width=900, height=220)
            f"<polyline fill='none' stroke='{OKABE_ITO['blue']}' stroke-width='1.5' "
            f"points='{pts(allocated)}'/>",
            f"<text x='50' y='12' font-size='11'>reserved (orange), allocated (blue) after each of "
-           f"{n} entries; top {_e(format_size(top))}</text>"]
+           f"{n} entries; top {_e(format_size(top))}; dashed: capacity; red: the OOM</text>",
+           f"<line x1='50' x2='50' y1='26' y2='{height - 20}' stroke='#999'/>",
+           f"<line x1='50' x2='{width - 10}' y1='{height - 20}' y2='{height - 20}' stroke='#999'/>"]
     if capacity:
         y = height - 20 - capacity * sy
         out.append(f"<line x1='50' x2='{width - 10}' y1='{y:.1f}' y2='{y:.1f}' stroke='#444' "
                    f"stroke-dasharray='4 3'><title>capacity {_e(format_size(capacity))}</title></line>")
     if oom_index is not None:
         x = 50 + min(oom_index, n - 1) * sx
-        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='16' y2='{height - 20}' "
+        out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='26' y2='{height - 20}' "
                    f"stroke='{REQUEST_COLOUR}' stroke-width='2'><title>OOM at entry {oom_index}"
                    f"</title></line>")
     out.append("</svg>")
