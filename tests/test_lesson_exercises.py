@@ -19,6 +19,16 @@ RIGHT = {
 }
 
 
+def _largest_now():
+    import gpumemlab as gml
+    from gpumemlab.quizkit.lesson_tasks import evidence_state
+    gpu, _rec = evidence_state()
+    return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
+
+
+RIGHT["03.ex"] = _largest_now()
+
+
 @pytest.fixture
 def ex(tmp_path):
     return Exercises(tmp_path / "progress.json")

@@ -75,6 +75,16 @@ acts = forward(card)                         # the next forward is in flight: lo
 print(f"allocated {gml.format_size(card.memory_allocated())}, reserved {gml.format_size(card.memory_reserved())}")
 
 # %% [markdown]
+# Three training steps and a fourth forward pass ran. Before reading any evidence, two guesses:
+# how many `cudaMalloc` calls did all that take, and which function holds the most memory now?
+
+# %% tags=["predict"]
+gml.predict("03.p1", "How many cudaMalloc calls did the three steps and the 4th forward take?",
+            kind="number", unit="cudaMalloc calls")
+gml.predict("03.p2", "Which function's tensors hold the most memory now?",
+            choices=["load_model", "forward", "backward", "optimizer_step"])
+
+# %% [markdown]
 # ## 1. `memory_summary()`
 #
 # Read it row by row:
@@ -117,6 +127,9 @@ for m in metrics:
 for key in ("num_device_alloc", "num_device_free", "num_alloc_retries", "num_ooms", "num_sync_all_streams"):
     print(f"{key:22}{stats[key]:>14}")
 print(f"\n{len(stats)} keys in all")
+gml.reveal("03.p1", stats["num_device_alloc"])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert stats["allocated_bytes.all.current"] == card.memory_allocated()
 assert stats["reserved_bytes.all.current"] == (stats["reserved_bytes.large_pool.current"]
                                               + stats["reserved_bytes.small_pool.current"])
@@ -138,6 +151,9 @@ print("its first block:", {k: v for k, v in seg["blocks"][0].items() if k != "fr
 print("allocated by:", seg["blocks"][0]["frames"][0])
 total = sum(s["total_size"] for s in snap["segments"])
 allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+print(f"segments add up to {gml.format_size(total)} reserved and {gml.format_size(allocated)} allocated")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert total == card.memory_reserved() and allocated == card.memory_allocated()
 
 # %% [markdown]
@@ -158,6 +174,9 @@ for s in snap["segments"]:
             by_function[name] = (count + 1, size + b["size"])
 for name, (count, size) in sorted(by_function.items(), key=lambda kv: -kv[1][1]):
     print(f"{name:18} {count:3} blocks {gml.format_size(size):>12}")
+gml.reveal("03.p2", max(by_function, key=lambda name: by_function[name][1]))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert set(by_function) == {"load_model", "forward", "optimizer_step"}
 
 # %% [markdown]
@@ -187,17 +206,20 @@ m
 # %%
 for name in ("free_bytes", "largest_free_block_bytes", "external_fragmentation", "non_releasable_bytes", "utilization"):
     print(f"{name:26} {m.formatted(name):>12}   {m.definition(name)}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert m["allocated_bytes"] + m["free_bytes"] + m["pending_free_bytes"] == m["reserved_bytes"]
 assert m["non_releasable_bytes"] == stats["inactive_split_bytes.all.current"]
 
 # %% [markdown]
-# The trace is the history: `text_trace` tells it as pseudo-Python (new segments as
-# `cudaMalloc`, blocks as slices of segments, `del` for frees), and `timeline` plots the bytes
-# after each event.
+# The trace is the history: `text_trace` tells it as pseudo-Python (`seg_0 = cudaMalloc(...)`
+# for a new segment; `b = seg_0[24.00 MiB:12.00 MiB]` for tensor `b`, a block 24 MiB into
+# `seg_0` and 12 MiB long; `del b` for its free), and `timeline` plots the bytes after each
+# event.
 
 # %%
 print(gml.text_trace(snap, limit=30))
-actions = [e["action"] for e in snap["device_traces"][0]]
+actions = [e["action"] for e in snap["device_traces"][0] if e["action"] != "snapshot"]
 print({a: actions.count(a) for a in sorted(set(actions))})
 
 # %%
@@ -217,8 +239,10 @@ import pathlib, tempfile
 folder = pathlib.Path(tempfile.mkdtemp(prefix="gpumemlab-"))
 path = gml.dump_snapshot(snap, folder / "training_like.pickle")
 loaded = gml.load_snapshot(path)
-print(f"{path.name}: {path.stat().st_size:,} bytes, {len(loaded['segments'])} segments, "
+print(f"{path.name}: {gml.format_size(path.stat().st_size)}, {len(loaded['segments'])} segments, "
       f"{len(loaded['device_traces'][0])} trace entries")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert gml.fragmentation(loaded).as_dict() == gml.fragmentation(snap).as_dict()
 
 # %% [markdown]
@@ -241,8 +265,22 @@ assert gml.fragmentation(loaded).as_dict() == gml.fragmentation(snap).as_dict()
 rec = gml.scenarios.train_step_like(gpu, release=False)
 print(rec)
 print(gpu.memory_summary(abbreviated=True))
-print(gml.fragmentation(gpu.snapshot()))
+print(gml.fragmentation(gpu.snapshot(), total_memory=gpu.total_memory))
 rec.held.clear()      # free the scenario's tensors
+
+# %% [markdown]
+# ## Exercise: the largest tensor the cache serves now
+#
+# The same scenario on a fresh 8 GiB simulated card, tensors kept. Investigate it with the tools
+# above and answer: what is the largest request that succeeds right now **without** a new
+# `cudaMalloc`? The check rebuilds the state and tries your size, and the next size up.
+
+# %% tags=["exercise"]
+gml.exercise("03.ex")
+case = gml.SimulatedGPU("8GiB", alloc_conf="")
+case_record = gml.scenarios.train_step_like(case, release=False)   # the state to investigate
+my_answer = "1 GiB"        # change this: a size, e.g. "37 MiB", or bytes
+gml.exercise.check("03.ex", my_answer)
 
 # %%
 gml.quiz("03")
