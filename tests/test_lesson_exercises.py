@@ -15,6 +15,7 @@ from gpumemlab.units import MiB
 RIGHT = {
     "01.ex": ["2 MiB", "3 MiB", 4 * MiB],
     "02.ex": [1, 2, 3, 6],
+    "04.ex": [2],
     "05.ex": "max_split_size_mb:512",
 }
 

@@ -29,14 +29,15 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # %% [markdown]
 # ## Whole free segments go back
 #
-# Three tensors in three segments, all freed: the memory stays reserved until `empty_cache()`.
-# Afterwards reserved is zero, and the driver's free memory (what other processes, and
-# `nvidia-smi`, see) is back to the full card.
+# Four tensors in four segments (three in the large pool, one in the small pool), all freed:
+# the memory stays reserved until `empty_cache()`. Afterwards reserved is zero, and the driver's
+# free memory (what other processes, and `nvidia-smi`, see) is back to the full card.
 
 # %%
-GiB, MiB = gml.GiB, gml.MiB
+GiB, MiB, KiB = gml.GiB, gml.MiB, gml.KiB
 sim = gml.SimulatedGPU("8GiB", alloc_conf="")
-ts = [sim.empty(n) for n in (3 * GiB, 500 * MiB, 4 * MiB)]
+ts = [sim.empty(n) for n in (3 * GiB, 500 * MiB, 4 * MiB, 4 * KiB)]
+pool_of = {seg["address"]: seg["segment_type"] for seg in sim.memory_snapshot()}
 ts.clear()
 print(f"after del:         allocated {gml.format_size(sim.memory_allocated())}, "
       f"reserved {gml.format_size(sim.memory_reserved())}, driver free {gml.format_size(sim.mem_get_info()[0])}")
@@ -46,27 +47,43 @@ s = sim.memory_stats()
 print(f"after empty_cache: allocated {gml.format_size(sim.memory_allocated())}, "
       f"reserved {gml.format_size(sim.memory_reserved())}, driver free {gml.format_size(sim.mem_get_info()[0])}")
 print(f"cudaFree calls: {s['num_device_free']}, device-wide syncs: {s['num_sync_all_streams'] - syncs}")
-assert sim.memory_reserved() == 0 and s["num_device_free"] == 3
-assert s["num_sync_all_streams"] == syncs + 1
 frees = [e for e in sim.snapshot()["device_traces"][0] if e["action"] == "segment_free"]
-print("segment_free order (large pool by size, then small):", [gml.format_size(e["size"]) for e in frees])
+print("segment_free order:", ", ".join(f"{gml.format_size(e['size'])} ({pool_of[e['addr']]})" for e in frees))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert sim.memory_reserved() == 0 and s["num_device_free"] == 4
+assert s["num_sync_all_streams"] == syncs + 1
+assert [pool_of[e["addr"]] for e in frees] == ["large", "large", "large", "small"]
 
 # %% [markdown]
+# The order is c10's: `release_cached_blocks` empties the large pool first, then the small pool,
+# and each pool is kept sorted by size, so the smallest large segment goes first.
+#
 # ## A single live tensor pins its segment
 #
-# One 1-byte tensor lives in a 2 MiB small-pool segment. The rest of the segment is free, but
-# `release_blocks` sees a split segment (the free block has a neighbour) and skips it.
+# One 1-byte tensor lives in a 2 MiB small-pool segment. The rest of the segment is free. What
+# does `empty_cache()` leave reserved?
+
+# %% tags=["predict"]
+gml.predict("04.p1", "One live 1-byte tensor, then empty_cache(): how much stays reserved?")
 
 # %%
 tiny = sim.empty(1)
 sim.empty_cache()
 print(f"with one live byte:  reserved {gml.format_size(sim.memory_reserved())}")
-assert sim.memory_reserved() == 2 * MiB
+gml.reveal("04.p1", sim.memory_reserved())
+pinned = sim.memory_reserved()
 del tiny
 sim.empty_cache()
 print(f"after del + empty_cache: reserved {gml.format_size(sim.memory_reserved())}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pinned == 2 * MiB
 assert sim.memory_reserved() == 0
 
+# %% [markdown]
+# `release_blocks` frees only a block that is a whole segment (no neighbour): the 2 MiB segment
+# was split, its free part had the live byte as neighbour, so it stayed.
 
 # %% [markdown]
 # ## It cannot fix fragmentation
@@ -76,6 +93,10 @@ assert sim.memory_reserved() == 0
 # nothing to return, and the 2 GiB request fails exactly as before. The fragmentation metrics
 # predicted it: `non_releasable_bytes` (PyTorch's `inactive_split_bytes`, the *Non-releasable
 # memory* row of `memory_summary`) is all of the free cache.
+
+# %% tags=["predict"]
+gml.predict("04.p2", "On the fragmented card (4 GiB cached free), how much will empty_cache() return to the driver?")
+
 
 # %%
 def fragmented_card():
@@ -87,20 +108,31 @@ def fragmented_card():
     return card, keep
 
 card, keep = fragmented_card()
-m = gml.fragmentation(card.snapshot())
+m = gml.fragmentation(card.snapshot(), total_memory=card.total_memory)
 print(f"free cache {m.formatted('free_bytes')}, of which non-releasable {m.formatted('non_releasable_bytes')}")
 print(f"inactive_split_bytes stat: {gml.format_size(card.memory_stats()['inactive_split_bytes.all.current'])}")
 reserved_before = card.memory_reserved()
 card.empty_cache()
 print(f"reserved before {gml.format_size(reserved_before)}, after empty_cache {gml.format_size(card.memory_reserved())}")
+gml.reveal("04.p2", reserved_before - card.memory_reserved())
 try:
     x = card.empty(2 * GiB)
     failed = False
 except gml.OutOfMemoryError as err:
     failed = True
     print("still:", str(err).split(". If")[0])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert card.memory_reserved() == reserved_before and failed
 assert m["non_releasable_bytes"] == m["free_bytes"] == 4 * GiB
+
+# %% [markdown]
+# The block map after `empty_cache()`: every free (grey) block sits between live ones in the
+# one segment, so nothing was whole and free, and no grey block holds the 2 GiB request.
+
+# %%
+fig = gml.show(card, request=2 * GiB, title="fragmented card after empty_cache()")
+fig
 
 # %%
 print(card.memory_summary(abbreviated=True))
@@ -125,6 +157,8 @@ big = sim.empty(5 * GiB)       # no manual empty_cache()
 s = sim.memory_stats()
 print(f"5 GiB allocated; num_alloc_retries = {s['num_alloc_retries']}, "
       f"segments freed by the retry path = {s['num_device_free']}, OOMs = {s['num_ooms']}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert s["num_alloc_retries"] == 1 and s["num_device_free"] == 2 and s["num_ooms"] == 0
 
 
@@ -144,13 +178,23 @@ def loop(call_empty_cache, steps=20):
         del act, tmps
         if call_empty_cache:
             card.empty_cache()
-    return card.memory_stats()
+    return card
 
-for flag in (False, True):
-    s = loop(flag)
+loops = {flag: loop(flag) for flag in (False, True)}
+for flag, looped in loops.items():
+    s = looped.memory_stats()
     print(f"empty_cache each step = {flag!s:5}: cudaMalloc {s['num_device_alloc']:3}, "
           f"cudaFree {s['num_device_free']:3}, device syncs {s['num_sync_all_streams']:3}")
-assert loop(True)["num_device_alloc"] > 10 * loop(False)["num_device_alloc"]
+fig = gml.timeline([loops[False], loops[True]], labels=["cache kept", "empty_cache() every step"])
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert loops[True].memory_stats()["num_device_alloc"] > 10 * loops[False].memory_stats()["num_device_alloc"]
+
+# %% [markdown]
+# In the lower panel reserved memory falls to zero at every grey rule (an `empty_cache()`
+# releasing segments) and climbs again with new `cudaMalloc` calls; in the upper panel the
+# segments are made once and reused.
 
 # %% [markdown]
 # ## When it does help: sharing the card
@@ -175,6 +219,8 @@ sim.empty_cache()
 other = sim.allocator.driver.cuda_malloc(5 * GiB)
 print(f"other process, after empty_cache:  {'got 5 GiB' if other else 'cudaMalloc failed'} "
       f"(driver free {gml.format_size(sim.mem_get_info()[0])})")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert other is not None
 
 # %% [markdown]
@@ -190,6 +236,19 @@ assert other is not None
 # | does not help | fragmentation OOMs (the OOM path already released what it could) |
 #
 # For fragmentation itself, see notebooks 05 and 06.
+#
+# ## Exercise: when to call `empty_cache()`
+#
+# Six phases on an 8 GiB card: phase 0 an evaluation pass with a 6 GiB tensor, phases 1 to 5
+# training with a 1.5 GiB tensor, each tensor dying at the end of its phase. After phase 2 another
+# process asks the driver for 5 GiB. After which phases should the program call `empty_cache()`,
+# so that the other process gets its memory with as few `cudaMalloc` calls as possible? The check
+# runs your choice and every other choice on the simulated GPU.
+
+# %% tags=["exercise"]
+gml.exercise("04.ex")
+my_calls = []            # change this: the phases (0..5) after which to call empty_cache()
+gml.exercise.check("04.ex", my_calls)
 
 # %%
 gml.quiz("04")
