@@ -24,6 +24,13 @@ def test_without_cuda_one_line_and_the_prediction():
     assert r.record.oom and r.record.notes["chunk"] == 8 * GiB // 16   # the card's size is used
 
 
+def test_without_cuda_several_scenarios_say_it_once():
+    text = str(gml.experiment(["kv_contiguous", "kv_paged"], gml.SimulatedGPU("4GiB")))
+    lines = text.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("Not a CUDA GPU here")
+    assert "not a CUDA GPU" not in "".join(lines[1:]) and "no OOM in 1 step," in lines[2]
+
+
 def test_measured_beside_predicted():
     out = gml.experiment(["activations", "activations_checkpointed"],
                          gml.SimulatedGPU("2GiB"), measure=_child_on_model)
@@ -53,3 +60,23 @@ def test_a_card_that_could_not_run_it():
 def test_unknown_scenario():
     with pytest.raises(KeyError, match="no scenario"):
         gml.experiment("nope", gml.SimulatedGPU("2GiB"))
+
+
+def test_every_lesson_runs_its_experiment_on_gml_device():
+    import ast
+    import re
+    from pathlib import Path
+    src = Path(__file__).resolve().parents[1] / "notebooks" / "src"
+    lessons = sorted(src.glob("0[1-9]_*.py"))
+    shown = set()
+    for path in lessons:
+        text = path.read_text()
+        assert "gpu = gml.device()" in text, path.name
+        calls = re.findall(r"gml\.experiment\((.*?), gpu\)", text, flags=re.S)
+        assert len(calls) == 1, path.name
+        names = ast.literal_eval(calls[0])
+        names = [names] if isinstance(names, str) else names
+        assert all(st.by_name(n).lesson == path.name[:2] or n == "fragmentation_oom"
+                   for n in names), path.name
+        shown.update(names)
+    assert len(lessons) >= 8 and shown == {s.name for s in st.SCENARIOS}

@@ -22,7 +22,7 @@ def _story(s: dict) -> str:
     if s["oom_step"] is not None:
         what = f"an OOM at step {s['oom_step']} ({steps[s['oom_step']][0]})"
     else:
-        what = f"no OOM in {len(steps)} steps"
+        what = f"no OOM in {len(steps)} step{'s' if len(steps) != 1 else ''}"
     peak_alloc = max((st_[2] for st_ in steps), default=0)
     peak_res = max((st_[3] for st_ in steps), default=0)
     return (f"{what}, peak allocated {format_size(peak_alloc)}, "
@@ -48,11 +48,12 @@ class ExperimentResult:
         """True/False when measured on a card, None when there was none."""
         return None if self.measured is None else not self.differences
 
-    def __str__(self):
+    def line(self, said_no_cuda: bool = False) -> str:
+        """The result in one line (``said_no_cuda``: leave out that there is no CUDA GPU)."""
         head = f"{self.name} (lesson {self.scenario.lesson}, {format_size(self.budget)})"
         if self.measured is None:
-            return (f"{head}: not a CUDA GPU here, so the simulator only: the model predicts "
-                    f"{_story(self.predicted)}")
+            only = "" if said_no_cuda else "not a CUDA GPU here, so the simulator only: "
+            return f"{head}: {only}the model predicts {_story(self.predicted)}"
         if self.measured.get("error") and not self.measured["steps"]:
             return (f"{head}: the model predicts {_story(self.predicted)}; your GPU could not "
                     f"run it: {self.measured['error']}")
@@ -62,15 +63,23 @@ class ExperimentResult:
         return (f"{head}: the model predicts {_story(self.predicted)}; your GPU measured "
                 f"{_story(self.measured)}: {verdict}")
 
+    def __str__(self):
+        return self.line()
+
     def __repr__(self):
         return f"<ExperimentResult {self}>"
 
 
 class Experiment(list):
-    """The results of ``experiment()``, one line each when printed."""
+    """The results of ``experiment()``, one line each when printed; without CUDA one line
+    first says so."""
 
     def __str__(self):
-        return "\n".join(str(r) for r in self)
+        if len(self) > 1 and all(r.measured is None for r in self):
+            return "\n".join(["Not a CUDA GPU here (gml.device() gave the simulator), so these "
+                              "are the model's predictions alone:"] +
+                             [r.line(said_no_cuda=True) for r in self])
+        return "\n".join(r.line() for r in self)
 
     @property
     def equal(self):

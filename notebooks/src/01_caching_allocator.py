@@ -318,5 +318,16 @@ gml.exercise("01.ex")
 my_sizes = [MiB, MiB, MiB]          # change these
 gml.exercise.check("01.ex", my_sizes)
 
+# %% [markdown]
+# ## On your GPU: the cache at work
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("cache_reuse", gpu))
+
 # %%
 gml.quiz("01")

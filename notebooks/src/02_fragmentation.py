@@ -276,5 +276,16 @@ gml.exercise("02.ex")
 my_frees = [0, 2, 4, 6]        # change these: four of the tensor numbers 0..6
 gml.exercise.check("02.ex", my_frees)
 
+# %% [markdown]
+# ## On your GPU: the fragmentation OOM
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("fragmentation_oom", gpu))
+
 # %%
 gml.quiz("02")

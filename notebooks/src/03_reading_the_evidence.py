@@ -282,5 +282,16 @@ case_record = gml.scenarios.train_step_like(case, release=False)   # the state t
 my_answer = "1 GiB"        # change this: a size, e.g. "37 MiB", or bytes
 gml.exercise.check("03.ex", my_answer)
 
+# %% [markdown]
+# ## On your GPU: a training step's evidence
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("train_step_like", gpu))
+
 # %%
 gml.quiz("03")

@@ -250,5 +250,16 @@ gml.exercise("04.ex")
 my_calls = []            # change this: the phases (0..5) after which to call empty_cache()
 gml.exercise.check("04.ex", my_calls)
 
+# %% [markdown]
+# ## On your GPU: what `empty_cache()` returns
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("empty_cache", gpu))
+
 # %%
 gml.quiz("04")

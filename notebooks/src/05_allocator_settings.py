@@ -206,5 +206,17 @@ fig
 # Settings interact; always measure on your own workload. Notebook 09 shows how to replay a
 # recorded run under each setting instead of re-running the training.
 
+# %% [markdown]
+# ## On your GPU: each setting off and on
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["max_split_size_off", "max_split_size_on", "garbage_collection_off",
+                      "garbage_collection_on", "roundup_power2_off", "roundup_power2_on"], gpu))
+
 # %%
 gml.quiz("05")

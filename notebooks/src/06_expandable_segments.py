@@ -179,5 +179,16 @@ else:
 # PagedAttention). Research allocators such as GMLake stitch non-contiguous physical chunks into
 # one virtual range for training, with the same goal.
 
+# %% [markdown]
+# ## On your GPU: the workload of notebook 02, both ways
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["fragmentation_oom", "expandable_segments"], gpu))
+
 # %%
 gml.quiz("06")

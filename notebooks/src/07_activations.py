@@ -220,5 +220,16 @@ print(f"batch 32: activations kept for backward {gml.format_size(act)} "
 # (kernel workspaces, cuBLAS handles) and by the CUDA kernels' own choices of intermediate
 # tensors, which are not always the CPU kernels' choices.
 
+# %% [markdown]
+# ## On your GPU: activations kept or recomputed
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["activations", "activations_checkpointed"], gpu))
+
 # %%
 gml.quiz("07")

@@ -197,5 +197,16 @@ assert sweep[16].token_states > sweep[256].token_states
 # The direction of the field is memory managers that are paged by default, with better built-in
 # visibility (snapshots, profilers) and tighter coupling to offload and recompute.
 
+# %% [markdown]
+# ## On your GPU: contiguous against paged KV memory
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["kv_contiguous", "kv_paged"], gpu))
+
 # %%
 gml.quiz("08")

@@ -235,5 +235,16 @@ rec.held.clear()
 # * Always verify with a replay (`gml.replay`, or `gpumemlab replay FILE --alloc-conf ...` from
 #   a terminal) before paying for another run.
 
+# %% [markdown]
+# ## On your GPU: a batch that grows until it fails
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`) is a
+# real CUDA card, measures it there too, within `gpu`'s memory budget, step by step. Without
+# CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("batch_growth", gpu))
+
 # %%
 gml.quiz("09")
