@@ -88,11 +88,22 @@ def test_what_if_expandable_segments_avoids_the_fragmentation_oom(tmp_path):
 def test_capacity_what_if_finds_the_first_oom():
     snap, _keep = _recording(seed=2, steps=600)
     full = replay(snap)
-    small = replay(snap, total_memory=full.peak_reserved // 2)
-    assert small.oom is not None and small.oom["index"] < len(snap["device_traces"][0])
+    from gpumemlab.allocator import AllocatorConfig
+    from gpumemlab.recordings.replay_start import scan_start_state, start_reserved_bytes
+    start = start_reserved_bytes(scan_start_state(snap["segments"], snap["device_traces"][0],
+                                                  AllocatorConfig()))
+    cap = max(full.peak_reserved // 2, start + 64 * MiB)
+    assert cap < full.peak_reserved
+    # a card too small for what was reserved when recording began: an OOM at entry 0
+    tiny = replay(snap, total_memory=start // 2)
+    assert tiny.oom["index"] == 0 and tiny.oom["during"] == "start state"
+    assert tiny.oom["shortfall_bytes"] == start - start // 2 and tiny.replayed == 0
+    assert tiny.start_problems == []
+    small = replay(snap, total_memory=cap)
+    assert small.start_problems == [] and small.oom is not None and small.oom["index"] < len(snap["device_traces"][0])
     assert "out of memory" in small.oom["message"]
     assert small.replayed == small.oom["index"] + 1            # stopped there
-    assert replay(snap, total_memory=full.peak_reserved // 2, stop_on_oom=False).replayed == \
+    assert replay(snap, total_memory=cap, stop_on_oom=False).replayed == \
         len(snap["device_traces"][0])
 
 
@@ -202,3 +213,47 @@ def test_every_reader_normalises_the_same_way():
     once = read_snapshot(raw)
     assert read_snapshot(once) is once            # a normalised Snapshot is not re-checked
     assert replay(once).allocations == replay(raw).allocations == 1
+
+
+def _expandable_mid_run(seed=0, steps=400):
+    rng = random.Random(seed)
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf="expandable_segments:True", record_frames=False)
+    before = [gpu.empty(rng.randint(1, 30 * MiB), stream=rng.choice([0, 1])) for _ in range(20)]
+    for a in before[::3]:
+        a.free()
+    gpu.empty(5 * MiB).free()
+    gpu.allocator.alloc_buffer.clear()               # recording begins: pages already mapped
+    live = []
+    for step in range(steps):
+        if live and rng.random() < 0.5:
+            live.pop(rng.randrange(len(live))).free()
+        else:
+            live.append(gpu.empty(rng.choice([rng.randint(1, MiB), rng.randint(MiB, 40 * MiB)])))
+        if step % 150 == 0:
+            gpu.empty_cache()
+    return gpu.snapshot(), (gpu, live, before)
+
+
+def test_expandable_segments_mapped_before_recording_are_rebuilt_exactly():
+    snap, (gpu, _live, _before) = _expandable_mid_run()
+    trace = snap["device_traces"][0]
+    # the recording has no segment_map for pages that were mapped when it began
+    mapped_in_trace = sum(e["size"] for e in trace if e["action"] == "segment_map")
+    assert mapped_in_trace < gpu.max_memory_reserved()
+    result = replay(snap)
+    assert result.start_problems == [] and result.address_mismatches == 0 and result.reproduced
+    assert _layout(result.snapshot) == _layout(snap)
+    assert any("expandable segments mapped before recording began" in n for n in result.notes)
+    assert result.timeline.reserved[-1] == gpu.memory_reserved()
+
+
+def test_a_start_state_that_cannot_be_rebuilt_warns_and_says_so():
+    snap, _keep = _expandable_mid_run(seed=1)
+    seg = next(s for s in snap["segments"] if s["is_expandable"] and s["segment_type"] == "large")
+    seg["address"] += 512 * 1024            # pages no longer on a page boundary of any base
+    for k, b in enumerate(seg["blocks"]):
+        b["address"] += 512 * 1024
+    from gpumemlab.recordings.replay_result import ReplayWarning
+    with pytest.warns(ReplayWarning, match="start state could not be rebuilt exactly"):
+        result = replay(snap)
+    assert result.start_problems and not result.reproduced

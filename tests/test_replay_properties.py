@@ -53,3 +53,36 @@ def test_replaying_a_simulated_recording_reproduces_it(conf, ops):
     result = gml.replay(snap)
     assert result.address_mismatches == 0, result.notes
     assert _segments(result.snapshot) == _segments(snap)
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True",
+                                  "expandable_segments:True,max_split_size_mb:40"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=OPS, start=st.integers(0, 50))
+def test_mid_run_recordings_with_ooms_replay_exactly(conf, ops, start):
+    """A small card (OOMs happen) and a recording that begins after ``start`` operations, so
+    segments, expandable pages and tensors exist before its first entry."""
+    gpu = gml.SimulatedGPU("256MiB", alloc_conf=conf, record_frames=False)
+    live = []
+    for k, op in enumerate(ops):
+        if k == start:
+            gpu.allocator.alloc_buffer.clear()          # recording begins here
+        if op[0] == "malloc":
+            try:
+                live.append(gpu.empty(op[1], stream=op[2]))
+            except gml.OutOfMemoryError:
+                pass
+        elif op[0] == "free" and live:
+            live.pop(op[1] % len(live)).free()
+        elif op[0] == "record_stream" and live:
+            gpu.record_stream(live[op[1] % len(live)], op[2])
+        elif op[0] == "empty_cache":
+            gpu.empty_cache()
+    snap = gpu.snapshot()
+    if not snap["device_traces"][0]:
+        return
+    result = gml.replay(snap, stop_on_oom=False)        # a recorded OOM is part of the run
+    assert result.start_problems == [], result.start_problems
+    assert result.address_mismatches == 0, (result.alloc_mismatches, result.segment_mismatches,
+                                            result.oom_mismatches, result.notes)
+    assert _segments(result.snapshot) == _segments(snap)

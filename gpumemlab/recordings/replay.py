@@ -27,19 +27,20 @@ private pools, and a memory fraction set with ``set_per_process_memory_fraction`
 from __future__ import annotations
 
 import time
+import warnings
 
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
 from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
-from .replay_result import ReplayError, ReplayResult, Timeline
+from .replay_result import ReplayError, ReplayResult, ReplayWarning, Timeline
 from .replay_setup import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
 from .replay_setup import capacity as capacity_of
-from .replay_start import build_start_state, scan_start_state
+from .replay_start import build_start_state, scan_start_state, start_reserved_bytes
 from .source import read_snapshot
 
-__all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "recorded_alloc_conf"]
+__all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
 
 _PROGRESS_EVERY = 1 << 16
 
@@ -113,9 +114,21 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     translate = (lambda a: a + shift) if shift else (lambda a: a)
     start = scan_start_state(segments, trace, alloc.config)
     notes = list(start.notes)
-    start_oom = None
-    if faithful:
+    start_oom, needed = None, start_reserved_bytes(start)
+    if faithful and needed > alloc.driver.mem_get_info()[0]:
+        # a card smaller than what was reserved when recording began: an OOM before entry 0
+        free = alloc.driver.mem_get_info()[0]
+        live, start_problems = {}, []
+        start_oom = {"index": 0, "entry": None, "size": needed, "during": "start state",
+                     "shortfall_bytes": needed - free,
+                     "message": f"out of memory before the first entry: the recording began "
+                                f"with {needed} bytes reserved, the card has {free} bytes free"}
+    elif faithful:
         live, start_problems = build_start_state(alloc, start, translate)
+        if start_problems:     # never a silent wrong answer: the result and a warning say so
+            warnings.warn(f"{name}: the recording's start state could not be rebuilt exactly "
+                          f"({len(start_problems)} problems, first: {start_problems[0]}); "
+                          f"addresses after it may differ", ReplayWarning, stacklevel=2)
     else:
         live, start_oom = _start_whatif(alloc, start)
         start_problems = []

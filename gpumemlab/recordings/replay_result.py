@@ -5,11 +5,16 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
-__all__ = ["ReplayError", "ReplayResult", "Timeline"]
+__all__ = ["ReplayError", "ReplayResult", "ReplayWarning", "Timeline"]
 
 
 class ReplayError(ValueError):
     """The source cannot be replayed (no trace, unknown device, ...)."""
+
+
+class ReplayWarning(UserWarning):
+    """A replay ran, but part of the recording could not be reproduced exactly (see the
+    result's ``start_problems``)."""
 
 
 class Timeline:

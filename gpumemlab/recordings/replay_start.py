@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 from gpumemlab.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, round_size
 
+from .replay_start_expandable import build_expandable, scan_expandable
+
 _SEG_EVENTS = ("segment_alloc", "segment_free")
 
 
@@ -54,6 +56,7 @@ class StartState:
     segments: list            # StartSegment, address order
     live: dict                # recorded address -> Piece (allocations live at the start)
     notes: list
+    expandable: list = field(default_factory=list)   # StartReservation, address order
 
 
 def scan_start_state(segments, trace, config) -> StartState:
@@ -101,6 +104,7 @@ def scan_start_state(segments, trace, config) -> StartState:
             start_segments.append(start)
             pieces_by_seg[addr] = start
     start_segments.sort(key=lambda s: s.address)
+    expandable = scan_expandable(segments, trace, live, pre_live, notes)
     # allocations the trace frees but never made: place them in their segment
     starts = [s.address for s in start_segments]
     for addr, (requested, _stream) in sorted(pre_live.items()):
@@ -118,7 +122,11 @@ def scan_start_state(segments, trace, config) -> StartState:
         for p in seg.pieces:
             if p.live:
                 result_live[p.address] = p
-    return StartState(start_segments, result_live, notes)
+    for r in expandable:
+        for p in r.pieces:
+            if p.live:
+                result_live[p.address] = p
+    return StartState(start_segments, result_live, notes, expandable)
 
 
 def _fill_gaps(seg, notes):
@@ -193,6 +201,12 @@ def _absorb_unsplit_tails(start_segments, trace):
             break
 
 
+def start_reserved_bytes(state: StartState) -> int:
+    """Bytes reserved when the recording began: its segments and mapped expandable pages."""
+    return (sum(s.total_size for s in state.segments)
+            + sum(p.size for r in state.expandable for p in r.pieces if not p.unmapped))
+
+
 def build_start_state(alloc, state: StartState, translate) -> tuple:
     """Carve ``state`` into the empty allocator ``alloc``; return (recorded addr -> Block, problems).
 
@@ -221,6 +235,7 @@ def build_start_state(alloc, state: StartState, translate) -> tuple:
                     problems.append(f"block {expect_addr:#x} ({expect_size} bytes) rebuilt as "
                                     f"{blk.ptr:#x} ({blk.size} bytes)")
                 held.append((p, blk))
+    held.extend(build_expandable(alloc, state.expandable, translate, problems))
     live_blocks = {}
     for p, blk in held:
         if p.live:
