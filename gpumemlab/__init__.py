@@ -39,8 +39,9 @@ _LAZY = {
     "text_blockmap": ("gpumemlab.viz", "text_blockmap"),
     "text_trace": ("gpumemlab.viz", "text_trace"),
     "fragmentation": ("gpumemlab.viz.metrics", "fragmentation"),
-    # the OOM doctor
+    # the OOM doctor, and why memory grows
     "doctor": ("gpumemlab.doctor", None),    # the room itself is callable (see its docstring)
+    "growth": ("gpumemlab.doctor.growth", "growth"),
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes

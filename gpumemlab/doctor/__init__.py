@@ -7,6 +7,11 @@ PyTorch has printed) or a snapshot (``snapshot_mode``: faithful replay, the OOM,
 replay; ``state_only`` for a snapshot without a trace) and returns a ``diagnosis.Diagnosis``,
 rendered as text or JSON (``report``) or a self-contained HTML page (``report_html``).
 
+Memory that grows step after step: ``gml.growth(recording)`` (``growth.py``) names the cause of
+each iteration (leak, one-time state, new shapes, higher peak, fragmentation, steady) with its
+evidence (``growth_report``, drawn by ``growth_figure``); ``growth_cases`` holds real torch
+loops that show each cause.
+
 This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and
 importing any ``gpumemlab.doctor.*`` module sets ``gpumemlab.doctor`` to this package, so the
 package calls ``api.doctor`` rather than letting the function be shadowed by its own room.

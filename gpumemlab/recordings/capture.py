@@ -57,6 +57,7 @@ class Capture:
         self._active = False
         self._frame_cache = {}
         self._skip_files = _skip_files()
+        self._metadata = ""        # what torch.cuda.memory._set_memory_metadata would hold
 
     # --- the public record -----------------------------------------------------------
     @property
@@ -94,6 +95,17 @@ class Capture:
             elif e["action"] == "free_completed":
                 live -= e["size"]
         return peak
+
+    def set_memory_metadata(self, metadata: str) -> None:
+        """Tag the entries recorded from now on (``user_metadata``), as
+        ``torch.cuda.memory._set_memory_metadata`` does on a GPU; "" stops tagging. ``gml.growth``
+        reads the tags as iteration marks: call it with ``f"step {i}"`` at the top of a loop."""
+        if not isinstance(metadata, str):
+            raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
+        self._metadata = metadata
+
+    def get_memory_metadata(self) -> str:
+        return self._metadata
 
     def replay(self, gpu=None, **kwargs):
         """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
@@ -183,7 +195,7 @@ class Capture:
         self._next_addr += max(_ALIGN, -(-nbytes // _ALIGN) * _ALIGN)
         entry = {"action": "alloc", "addr": addr, "size": nbytes, "stream": 0, "time_us": 0,
                  "frames": self._frames() if (self.want_frames and not prelude) else [],
-                 "category": category}
+                 "category": category, "user_metadata": "" if prelude else self._metadata}
         (self.prelude if prelude else self.entries).append(entry)
         fin = weakref.finalize(storage, self._on_free, key)
         fin.atexit = False
@@ -197,9 +209,12 @@ class Capture:
         if entry["category"] is None:
             outlived = self._backward_seen > backward_at_alloc or self._phase == "backward"
             entry["category"] = _settle(phase, alive=False, outlived=outlived)
-        for action in ("free_requested", "free_completed"):
+        # like context="all" on a GPU: the free_requested entry carries the freeing code's frames
+        frames = self._frames(2) if self.want_frames else []
+        for action, fr in (("free_requested", frames), ("free_completed", [])):
             self.entries.append({"action": action, "addr": entry["addr"], "size": entry["size"],
-                                 "stream": 0, "time_us": 0})
+                                 "stream": 0, "time_us": 0, "frames": fr,
+                                 "user_metadata": self._metadata})
 
     # --- phases and categories ------------------------------------------------------------
     def _close_phase(self, new_phase):
@@ -274,15 +289,16 @@ class Capture:
                 lambda *_: self._close_phase("other")))
 
     # --- frames ---------------------------------------------------------------------------
-    def _frames(self):
+    def _frames(self, depth_above: int = 3):
         out = []
-        f = sys._getframe(3)
+        f = sys._getframe(depth_above)
         cache, skip = self._frame_cache, self._skip_files
         depth = 0
         while f is not None and len(out) < _MAX_FRAMES and depth < 64:
             code = f.f_code
             if code.co_filename not in skip:
-                k = (code, f.f_lineno)
+                # code objects compare equal across files (IPython cells with the same text)
+                k = (code, code.co_filename, f.f_lineno)
                 fr = cache.get(k)
                 if fr is None:
                     fr = cache[k] = {"filename": code.co_filename, "line": f.f_lineno,
@@ -332,7 +348,8 @@ def _skip_files():
     names = ["utils/_python_dispatch.py", "_ops.py", "nn/modules/module.py", "_tensor.py",
              "autograd/__init__.py", "autograd/graph.py", "optim/optimizer.py",
              "utils/_contextlib.py", "overrides.py", "_dynamo/eval_frame.py", "_compile.py"]
-    return frozenset([os.path.join(root, n) for n in names] + [os.path.abspath(__file__)])
+    return frozenset([os.path.join(root, n) for n in names] + [os.path.abspath(__file__),
+                                                              weakref.__file__])
 
 
 def capture(model=None, optimizer=None, *, frames: bool = True) -> Capture:

@@ -203,6 +203,8 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n):
         timeline.requested.append
     stats = alloc.stats
     s_alloc, s_res, s_req = stats.allocated_bytes[0], stats.reserved_bytes[0], stats.requested_bytes[0]
+    timeline.start = {"allocated_bytes": s_alloc.current, "reserved_bytes": s_res.current,
+                      "requested_bytes": s_req.current}
     malloc, free = alloc.malloc, alloc.free
     next_addresses = alloc.driver.next_addresses
     next_reservations = alloc.driver.next_reservations

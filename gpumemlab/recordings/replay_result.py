@@ -18,12 +18,14 @@ class ReplayWarning(UserWarning):
 
 
 class Timeline:
-    """Allocated, reserved and requested bytes after every replayed trace entry (parallel arrays)."""
+    """Allocated, reserved and requested bytes after every replayed trace entry (parallel arrays);
+    ``start`` holds the same three figures before the first entry (the rebuilt start state)."""
 
-    __slots__ = ("allocated", "reserved", "requested")
+    __slots__ = ("allocated", "reserved", "requested", "start")
 
     def __init__(self):
         self.allocated, self.reserved, self.requested = array("q"), array("q"), array("q")
+        self.start = {"allocated_bytes": 0, "reserved_bytes": 0, "requested_bytes": 0}
 
     def __len__(self):
         return len(self.allocated)
