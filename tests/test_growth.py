@@ -219,7 +219,7 @@ def test_report_text_html_and_figure(tmp_path):
     assert html.startswith("<table>") and "one-time state" in html
     assert "GrowthReport" in repr(report) and "0x" not in repr(report)
     fig = report.figure()
-    assert len(fig.axes) == 2
+    assert len(fig.axes) == 3        # the timeline, the ends, the growth of reserved
     fig.savefig(tmp_path / "growth.png")
     assert (tmp_path / "growth.png").stat().st_size > 0
 

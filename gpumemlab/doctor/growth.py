@@ -35,12 +35,12 @@ whose bytes are freed before the last iteration ends (they read as carried).
 """
 from __future__ import annotations
 
-import os
 import re
 
 from gpumemlab.allocator import round_size
-from gpumemlab.recordings.files import load_snapshot, normalize_snapshot
-from gpumemlab.recordings.replay import replay, replay_devices
+from gpumemlab.recordings.source import read_snapshot
+from gpumemlab.recordings.replay import replay
+from gpumemlab.recordings.replay_setup import replay_devices
 from .growth_report import CAUSES, GrowthReport, Iteration, Site, Trigger
 
 __all__ = ["growth", "iteration_spans", "GrowthError", "CAUSES"]
@@ -73,21 +73,18 @@ def growth(recording, *, iterations=None, alloc_conf=None, total_memory=None,
 def _trace_of(recording, device):
     if getattr(recording, "is_capture", False):
         return recording.trace, recording
-    if isinstance(recording, (str, os.PathLike)):
-        snap = load_snapshot(recording)
-    elif isinstance(recording, dict):
-        snap, _notes = normalize_snapshot(recording, source="growth source")
-    elif callable(getattr(recording, "snapshot", None)):
-        snap, _notes = normalize_snapshot(recording.snapshot(), source="growth source")
-    else:
+    try:
+        source = read_snapshot(recording, name="growth source")
+    except TypeError:
         raise GrowthError(f"growth needs a capture, a snapshot (dict or file) or a device, "
-                          f"not {type(recording).__name__}")
+                          f"not {type(recording).__name__}") from None
+    snap = source.snapshot
     devices = replay_devices(snap)
     d = devices[0] if (device is None and devices) else device
     if d is None or d not in devices:
         raise GrowthError("the snapshot has no trace to read iterations from (record it with "
                           "torch.cuda.memory._record_memory_history(enabled='all'))")
-    return snap["device_traces"][d], snap
+    return snap["device_traces"][d], source
 
 
 def iteration_spans(trace, iterations=None) -> list:
