@@ -10,10 +10,10 @@ Each control is a list of options (a ``Dropdown`` for text, a ``SelectionSlider`
 every change calls the workload with the chosen values, as keyword arguments. The workload returns
 anything the block map and the timeline read (a device with history, a snapshot, a replay
 result). The figure is a matplotlib ``Figure`` drawn with Agg into an ``ipywidgets.Image`` with a
-text line under it: no ``Output`` widget, nothing leaks into cell output headless. Results are
-kept per combination of values, so going back to a setting redraws without re-running.
+text line under it: no ``Output`` widget, nothing leaks into cell output headless. Results and
+frames are kept per combination of values, so going back to a setting shows it at once.
 ``update(**values)`` does what a control change does (tests, benchmarks); ``last_ms`` is the time
-the last update took. The MIME bundle carries the current figure as PNG and HTML too
+the last update took (``last_cpu_ms`` its CPU time). The MIME bundle carries the current figure as PNG and HTML too
 (``gpumemlab.viz.static``). Headless (``GPUMEMLAB_HEADLESS``) no widget is made: the object shows
 the figure of the first values, with a line naming the choices.
 """
@@ -42,6 +42,7 @@ class WhatIf:
         self.title, self.dpi = title, dpi
         self.values = {k: v[0] for k, v in self.controls.items()}
         self._cache, self.last_ms, self.png, self.line = {}, None, b"", ""
+        self.last_cpu_ms, self._figure, self._frames = None, None, {}
         self.widget = None if os.environ.get("GPUMEMLAB_HEADLESS") else self._build_widgets()
         self.update()
 
@@ -58,14 +59,18 @@ class WhatIf:
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; known: "
                              f"{', '.join(self.controls)}")
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         self.values.update(values)
+        key = tuple((k, repr(self.values[k])) for k in sorted(self.values))
         try:
-            source = self.result(**self.values)
-            self.png, self.line = self._draw(source), _summary(source)
+            if key not in self._frames:   # a combination seen before is not drawn again
+                source = self.result(**self.values)
+                self._frames[key] = (self._draw(source), _summary(source))
+            self.png, self.line = self._frames[key]
         except Exception as exc:  # a workload that breaks under one setting: say so, stay live
             self.line = f"this combination could not be drawn: {type(exc).__name__}: {exc}"
         self.last_ms = 1000 * (time.perf_counter() - start)
+        self.last_cpu_ms = 1000 * (time.process_time() - cpu)
         if self.widget is not None:
             self.image.value = self.png
             from html import escape
@@ -76,14 +81,17 @@ class WhatIf:
         return ", ".join(f"{k}={_show(v)}" for k, v in self.values.items())
 
     def _draw(self, source) -> bytes:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        # One figure for the object's life, fixed axes, no layout engine, and one legend drawn
+        # once into a saved background: text is most of what a frame costs in Agg (constrained
+        # layout measures every label again, two legends were a third of a frame).
         from .blockmap import show
         from .history import History
+        from .live_player import _png
         from .memory_timeline import draw_timeline, timeline_data
-        figure = Figure(figsize=(10, 6.6), dpi=self.dpi, layout="constrained")
-        canvas = FigureCanvasAgg(figure)
-        top, bottom = figure.subplots(2, 1, height_ratios=(1.2, 1))
+        if self._figure is None:
+            self._new_figure()
+        self._top.cla()
+        self._bottom.cla()
         # the block map at the moment most memory is in use: the end of a run has often freed all
         history = History(source)
         data = timeline_data(history, label=self._choice())
@@ -91,11 +99,47 @@ class WhatIf:
             if data["event"] else -1
         history.goto(peak)
         name = (self.title + ": " if self.title else "") + self._choice()
-        show(history.snapshot(), ax=top, title=f"{name}, at event {peak} (peak allocated)")
-        draw_timeline(bottom, [data], cursor=peak if peak >= 0 else None)
-        canvas.draw()
-        from .live_player import _png
-        return _png(canvas)
+        show(history.snapshot(), ax=self._top, title=f"{name}, at event {peak} (peak allocated)")
+        draw_timeline(self._bottom, [data], cursor=peak if peak >= 0 else None)
+        for ax in (self._top, self._bottom):
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        self._canvas.restore_region(self._background)
+        self._figure.draw_artist(self._top)
+        self._figure.draw_artist(self._bottom)
+        return _png(self._canvas)
+
+    def _new_figure(self) -> None:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+        from .palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE, OKABE_ITO,
+                              SERIES_STYLE)
+        self._figure = Figure(figsize=(10, 6.8), dpi=self.dpi)
+        self._canvas = FigureCanvasAgg(self._figure)
+        self._top = self._figure.add_axes((0.17, 0.55, 0.6, 0.33))
+        self._bottom = self._figure.add_axes((0.08, 0.07, 0.69, 0.32))
+        handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
+        handles += [Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                          label="largest free block"),
+                    Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
+                          label="expandable segment")]
+        handles += [Line2D([], [], color=c, ls=style, label=label)
+                    for c, label, style in SERIES_STYLE.values()]
+        handles += [Line2D([], [], color="black", lw=1, label="event shown in the block map"),
+                    Line2D([], [], color="#999999", lw=0.8, label="segments released"),
+                    Line2D([], [], color=OKABE_ITO["vermillion"], marker="X", ls="none",
+                           label="out of memory"),
+                    Line2D([], [], color="black", ls="--", lw=0.8, label="device capacity")]
+        self._figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.88),
+                            fontsize=7, frameon=False)
+        for ax in (self._top, self._bottom):
+            ax.set_visible(False)
+        self._canvas.draw()
+        self._background = self._canvas.copy_from_bbox(self._figure.bbox)
+        for ax in (self._top, self._bottom):
+            ax.set_visible(True)
 
     def _build_widgets(self):
         import ipywidgets as w

@@ -32,9 +32,12 @@ GiB, MiB, KiB = gml.GiB, gml.MiB, gml.KiB
 sim = gml.SimulatedGPU("8GiB", alloc_conf="max_split_size_mb:512,garbage_collection_threshold:0.6")
 print(sim.describe())
 settings = sim.snapshot()["allocator_settings"]
-print({k: settings[k] for k in ("max_split_size", "garbage_collection_threshold", "expandable_segments")})
-assert settings["max_split_size"] == 512 * MiB
+print(f"max_split_size {gml.format_size(settings['max_split_size'])}, "
+      f"garbage_collection_threshold {settings['garbage_collection_threshold']}, "
+      f"expandable_segments {settings['expandable_segments']}")
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert settings["max_split_size"] == 512 * MiB
 
 # %% [markdown]
 # ## 1. `max_split_size_mb`: don't carve up big cached blocks
@@ -51,7 +54,12 @@ assert settings["max_split_size"] == 512 * MiB
 #   blocks, before the full `release_cached_blocks`.
 #
 # The workload: a 1 GiB tensor dies, four 50 MiB tensors arrive, then 1 GiB is needed again,
-# on a 1.5 GiB card.
+# on a 1.5 GiB card. It runs twice, with the defaults and with `max_split_size_mb:512`.
+
+# %% tags=["predict"]
+gml.predict("05.p1", "Which run fails to allocate the second 1 GiB?",
+            choices=["defaults only", "max_split_size_mb:512 only", "both", "neither"])
+
 
 # %%
 def big_then_small_then_big(conf):
@@ -66,17 +74,32 @@ def big_then_small_then_big(conf):
         outcome, live = "OOM", smalls
     return card, outcome, live                   # `live` keeps the tensors alive
 
-results = {}
+results, runs = {}, {}
 for conf in ("", "max_split_size_mb:512"):
-    card, outcome, live = big_then_small_then_big(conf)
+    card, outcome, live = runs[conf] = big_then_small_then_big(conf)
     s = card.memory_stats()
     results[conf] = outcome
     print(f"{conf or 'defaults'}: second 1 GiB -> {outcome}; cudaMalloc calls {s['num_device_alloc']}, "
           f"oversize segments {s['oversize_segments.current']}, reserved {gml.format_size(card.memory_reserved())}")
-    print("\n".join(gml.text_blockmap(card, width=48).splitlines()[:-1]), "\n")
-    del live
+failed = [c or "defaults" for c, o in results.items() if o == "OOM"]
+gml.reveal("05.p1", {0: "neither", 2: "both"}.get(len(failed), f"{failed[0]} only" if failed else "neither"))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert results == {"": "OOM", "max_split_size_mb:512": "ok"}
 
+# %% [markdown]
+# The two cards at the end, one block map each. With the defaults the four 50 MiB tensors sit at
+# the front of the 1 GiB segment and no free block holds 1 GiB; with `max_split_size_mb:512` they
+# have segments of their own and the second 1 GiB tensor fills the big one.
+
+# %%
+import matplotlib.pyplot as plt
+fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), layout="constrained")
+for ax, (conf, (card, outcome, live)) in zip(axes, runs.items()):
+    gml.show(card, ax=ax, request=GiB if outcome == "OOM" else None,
+             title=f"{conf or 'defaults'}: second 1 GiB {outcome}")
+plt.close(fig)
+fig
 
 # %% [markdown]
 # With the defaults, the 50 MiB tensors were cut out of the cached 1 GiB block (no `cudaMalloc`
@@ -103,7 +126,13 @@ assert results == {"": "OOM", "max_split_size_mb:512": "ok"}
 # In this model, as in the newest PyTorch, it only acts under a memory fraction below 1.0.
 #
 # The workload: a loop whose tensors grow every step (think of a growing sequence length), on
-# an 8 GiB card limited to half.
+# an 8 GiB card limited to half. Without GC every release comes from the emergency path and
+# counts as a retry in `num_alloc_retries`.
+
+# %% tags=["predict"]
+gml.predict("05.p2", "With garbage_collection_threshold:0.6, how many OOM-path retries (num_alloc_retries)?",
+            kind="number", unit="retries")
+
 
 # %%
 def growing(conf, steps=30):
@@ -115,22 +144,36 @@ def growing(conf, steps=30):
         del pair
     return card
 
-runs = {}
+runs, gc_cards = {}, {}
 for conf in ("", "garbage_collection_threshold:0.6"):
-    card = growing(conf)
+    card = gc_cards[conf] = growing(conf)
     s = card.memory_stats()
     runs[conf] = s
     print(f"{conf or 'defaults':34}: OOM-path retries {s['num_alloc_retries']:2}, device-wide syncs "
           f"{s['num_sync_all_streams']:2}, cudaFree {s['num_device_free']:2}, peak reserved "
           f"{gml.format_size(card.max_memory_reserved())} (limit {gml.format_size(card.total_memory // 2)})")
+gml.reveal("05.p2", runs["garbage_collection_threshold:0.6"]["num_alloc_retries"])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert runs[""]["num_alloc_retries"] > 0
 assert runs["garbage_collection_threshold:0.6"]["num_alloc_retries"] == 0
 assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 
 # %% [markdown]
-# Both runs free about as many segments; the difference is *how*. Without GC every release
-# came from the emergency path (a failed `cudaMalloc`, a synchronization of the whole device,
-# then a retry). With GC the old blocks left early and quietly.
+#
+
+# %%
+fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
+                   labels=["defaults", "garbage_collection_threshold:0.6"])
+fig
+
+# %% [markdown]
+# Both runs free the same number of segments (the `cudaFree` count above; the grey rules);
+# the difference is *how* and *when*. Without GC every release came from the emergency path (a
+# failed `cudaMalloc`, a synchronization of the whole device, then a retry: the retry and sync
+# counts above), and reserved memory climbs to the 4 GiB limit before each release (the upper
+# panel's peaks). With GC the old blocks leave before the limit is reached, with no retry and
+# no sync, and the peak reserved printed above is lower.
 #
 # ## 3. `roundup_power2_divisions`: fewer distinct sizes, more reuse
 #
@@ -151,6 +194,8 @@ sizes = [1200, 700 * KiB, 5 * MiB + 1, 300 * MiB + 7, 1100 * MiB]
 print(f"{'request':>14} " + " ".join(f"{(c.split(':')[1] + ' div') if c else 'default':>12}" for c in confs))
 for n in sizes:
     print(f"{n:>14,} " + " ".join(f"{gml.format_size(round_size(n, AllocatorConfig.parse(c))):>12}" for c in confs))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 cfg4 = AllocatorConfig.parse("roundup_power2_divisions:4")
 assert round_size(MiB + 1, cfg4) == 1310720 and round_size(1200, cfg4) == 1536
 
@@ -161,16 +206,23 @@ assert round_size(MiB + 1, cfg4) == 1310720 and round_size(1200, cfg4) == 1536
 # Now a workload with variable sizes: 300 tensors whose size follows a random sequence length
 # (seeded), with about six alive at any time.
 
+# %% tags=["predict"]
+gml.predict("05.p3", "With roundup_power2_divisions:4, is peak reserved memory lower or higher than with the defaults?",
+            choices=["lower", "the same", "higher"])
+
 # %%
 import random
 
-def variable_lengths(conf, seed=0):
+def variable_lengths(conf, total_memory="8GiB", seed=0):
     rng = random.Random(seed)
-    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    card = gml.SimulatedGPU(total_memory, alloc_conf=conf)
     live = []
     for _ in range(300):
         seq_len = rng.randint(64, 2048)
-        live.append(card.empty(seq_len * 64 * KiB + rng.randint(0, 4095)))
+        try:
+            live.append(card.empty(seq_len * 64 * KiB + rng.randint(0, 4095)))
+        except gml.OutOfMemoryError:
+            break                                    # the trace keeps the OOM
         if len(live) > 6:
             live.pop(rng.randrange(len(live)))
     return card
@@ -183,6 +235,10 @@ for conf in ("", "roundup_power2_divisions:4"):
     print(f"{conf or 'defaults':28}: peak reserved {gml.format_size(card.max_memory_reserved()):>11}, "
           f"segments {s['segment.all.current']:3}, cudaMalloc {s['num_device_alloc']:3}, "
           f"peak allocated - peak requested {gml.format_size(max(waste, 0))}")
+peaks = [cards[c].max_memory_reserved() for c in ("", "roundup_power2_divisions:4")]
+gml.reveal("05.p3", "lower" if peaks[1] < peaks[0] else "the same" if peaks[1] == peaks[0] else "higher")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert cards["roundup_power2_divisions:4"].max_memory_reserved() < cards[""].max_memory_reserved()
 
 # %%
@@ -191,8 +247,23 @@ fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
 fig
 
 # %% [markdown]
-# Rounding trades a little internal waste for much less fragmentation here. It is not free:
-# with few distinct sizes to begin with (a fixed batch shape) it only adds waste.
+# Rounding trades a little internal waste for less fragmentation here: the numbers above show
+# the peak reserved memory and the rounding waste of both runs. It is not free: with few
+# distinct sizes to begin with (a fixed batch shape) it only adds waste.
+#
+# ## Try it: every setting, every card
+#
+# The controls below re-run this variable-length workload under the setting and card size you
+# pick, and redraw the block map at the moment of peak allocated memory and the memory timeline.
+# Which settings keep it within a 1.25 GiB card? (Headless, the cell shows the first choice.)
+
+# %%
+controls = gml.whatif(variable_lengths,
+                      conf=["", "roundup_power2_divisions:4", "max_split_size_mb:64",
+                            "expandable_segments:True", "garbage_collection_threshold:0.6"],
+                      total_memory=["8GiB", "1536MiB", "1280MiB"],
+                      title="variable sequence lengths")
+controls
 #
 # ## Choosing
 #
@@ -205,6 +276,18 @@ fig
 #
 # Settings interact; always measure on your own workload. Notebook 09 shows how to replay a
 # recorded run under each setting instead of re-running the training.
+#
+# ## Exercise: one setting that makes it fit
+#
+# On an 8 GiB card a 6 GiB tensor dies, four 200 MiB tensors arrive, then 6 GiB is needed again.
+# With the defaults the second 6 GiB tensor runs out of memory. Find **one**
+# `PYTORCH_CUDA_ALLOC_CONF` setting under which it fits; the check runs the workload under your
+# setting on the simulated GPU.
+
+# %% tags=["exercise"]
+gml.exercise("05.ex")
+my_setting = ""            # change this: one setting, "name:value"
+gml.exercise.check("05.ex", my_setting)
 
 # %% [markdown]
 # ## On your GPU: each setting off and on
