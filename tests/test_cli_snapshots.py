@@ -77,3 +77,43 @@ def test_bad_alloc_conf_is_one_line(capsys):
     assert main(["replay", FRAG, "--alloc-conf", "nonsense_option:3"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "nonsense_option" in err
+
+
+def _dump(tmp_path, snap, name="s.pickle"):
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(snap))
+    return str(path)
+
+
+def test_verify_is_honest_when_nothing_is_checked(tmp_path, capsys):
+    # one leftover free_completed: no allocation, so nothing was reproduced
+    only_free = {"segments": [], "device_traces": [[
+        {"action": "free_completed", "addr": 1 << 30, "size": 512, "stream": 0, "time_us": 1}]]}
+    assert main(["verify", _dump(tmp_path, only_free)]) == 1
+    out = capsys.readouterr().out
+    assert "nothing checked" in out and "NOT verified" in out and "verified: every" not in out
+    # --device 1 of a file whose device-1 trace is empty
+    snap = pickle.loads(Path(TRAIN).read_bytes())
+    snap["device_traces"].append([])
+    assert main(["verify", _dump(tmp_path, snap), "--device", "1"]) == 1
+    assert "nothing checked" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda s: s["segments"].append(dict(s["segments"][0])), "duplicates segment 0"),
+    (lambda s: s["segments"].append(dict(s["segments"][0], address=s["segments"][0]["address"]
+                                         + 2 * 1024 * 1024, blocks=[
+        dict(b, address=b["address"] + 2 * 1024 * 1024) for b in s["segments"][0]["blocks"]])),
+     "overlaps segment 0"),
+    (lambda s: s["segments"][0].update(device="0"), "segment 0: 'device' is str"),
+    (lambda s: s["segments"][0].update(stream=1.5), "segment 0: 'stream' is float"),
+    (lambda s: s["segments"][0].update(is_expandable="yes"), "'is_expandable' is str"),
+    (lambda s: s["device_traces"][0][3].update(size="12"), "device_traces[0][3]"),
+])
+def test_verify_names_file_and_entry_of_a_malformed_snapshot(tmp_path, capsys, edit, words):
+    snap = pickle.loads(Path(FRAG).read_bytes())
+    edit(snap)
+    path = _dump(tmp_path, snap, "bad.pickle")
+    assert main(["verify", path]) == 2
+    err = capsys.readouterr().err
+    assert words in err and path in err and "verified" not in err

@@ -202,6 +202,7 @@ def normalize_snapshot(data, *, source: str = "<snapshot>", _budget=None):
         raise SnapshotError(f"{source}: 'segments' is {type(segments).__name__}, expected a list")
     out = {k: v for k, v in data.items()}
     out["segments"] = [_segment(w, seg, i) for i, seg in enumerate(segments)]
+    _no_overlap(w, out["segments"])
     traces = data.get("device_traces", data.get("traces"))
     if traces is None:
         w.note("no 'device_traces' (recorded without history): nothing to replay")
@@ -258,6 +259,12 @@ def _segment(w, seg, i):
         if key not in seg:
             w.note(f"segment {key!r} missing: {default!r} assumed")
             seg[key] = list(default) if isinstance(default, list) else default
+    for key in ("device", "stream"):
+        _int(w, seg, key, where)
+    if not isinstance(seg["is_expandable"], bool):
+        w.fail(where, f"'is_expandable' is {type(seg['is_expandable']).__name__}, expected a bool")
+    if seg.get("segment_type", "large") not in ("small", "large"):
+        w.fail(where, f"'segment_type' is {seg['segment_type']!r}, expected 'small' or 'large'")
     if "segment_type" not in seg:
         w.note("segment 'segment_type' missing: inferred from size")
         small = seg["total_size"] <= _SMALL_BUFFER_BYTES and not seg["is_expandable"]
@@ -265,6 +272,19 @@ def _segment(w, seg, i):
     if isinstance(seg["segment_pool_id"], list):   # JSON has no tuples
         seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
     return seg
+
+
+def _no_overlap(w, segments):
+    """Two segments of one device never share an address (each is its own cudaMalloc or
+    mapped range): a duplicate or an overlap means the file was edited or merged badly."""
+    order = sorted(range(len(segments)), key=lambda i: (segments[i]["device"],
+                                                        segments[i]["address"]))
+    for a, b in zip(order, order[1:]):
+        sa, sb = segments[a], segments[b]
+        if sa["device"] == sb["device"] and sb["address"] < sa["address"] + sa["total_size"]:
+            what = "duplicates" if sb["address"] == sa["address"] else "overlaps"
+            w.fail(f"segment {b}", f"at {sb['address']:#x} {what} segment {a} "
+                                   f"({sa['address']:#x}, {sa['total_size']} bytes)")
 
 
 def _block(w, b, where, offset):
