@@ -207,3 +207,18 @@ def test_a_raw_dict_is_normalised_before_it_is_drawn():
     assert "reserved 20.00 MiB, allocated 0 bytes in 1 segments" in drawn.texts[0].get_text()
     assert gml.text_blockmap(raw) == gml.text_blockmap(normalised)
     assert "address" not in raw["segments"][0]["blocks"][0]      # the input is left alone
+
+
+def test_a_thousand_segments_draw_as_readable_rows():
+    from test_viz_text import _many_segments
+    snap = _many_segments()
+    fig = gml.show(snap)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert 0 < len(labels) <= 40 and all(" x" in label for label in labels)
+    assert sum(int(label.rsplit("x", 1)[1]) for label in labels) <= 1185
+    text = " ".join(t.get_text() for t in fig.texts) + fig.legends[0].get_title().get_text()
+    assert "1185 segments" in text and "equal segments drawn once" in text
+    assert sum(int(label.rsplit("x", 1)[1]) for label in labels) == 1185 or \
+        "more segments not drawn" in text
+    plt.close("all")

@@ -74,3 +74,33 @@ def test_trace_of_a_deferred_free_and_a_block_from_before_the_trace():
         "# a returned to the cache (streams done)",
         "del b",
     ]
+
+
+def _many_segments(n=1185):
+    """A real-sized recording: hundreds of equal weight segments, some with free tails."""
+    from snapshot_builders import seg
+    MiB = 1 << 20
+    segs, addr = [], 1 << 40
+    for k in range(n):
+        size = (24, 24, 40, 64)[k % 4] * MiB
+        if k % 9 == 0:
+            blocks = [(size - 2 * MiB, size - 2 * MiB, "active_allocated"), (2 * MiB, 0, "inactive")]
+        else:
+            blocks = [(size, size, "active_allocated")]
+        segs.append(seg(addr, blocks))
+        addr += size
+    return {"segments": segs, "device_traces": []}
+
+
+def test_a_thousand_segments_stay_readable():
+    import gpumemlab as gml
+    snap = _many_segments()
+    text = gml.text_blockmap(snap)
+    lines = text.splitlines()
+    assert len(lines) < 60                                   # not 1,229 lines
+    assert "1185 segment(s)" in text and "equal segments" in text
+    shown = sum(int(l.rsplit(" x", 1)[1].split()[0]) if " equal segments" in l else 1
+                for l in lines if l.startswith("seg "))
+    left = int(lines[-3].split("...")[1].split()[0]) if "not drawn" in lines[-3] else 0
+    assert shown + left == 1185                              # every segment counted once
+    assert gml.text_blockmap(snap, max_rows=2000).count("\nseg ") == 1185

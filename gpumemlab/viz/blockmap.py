@@ -19,12 +19,15 @@ from gpumemlab.viz.describe import plus
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
 
+from .blockmap_groups import group_segments
 from .metrics import find_fit, segment_figures
 from .source import device_segments, pick_device, read_source, settings_line
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3
 LABEL_ROWS = 40  # name every band when a panel has at most this many
+GROUP_ABOVE = 150  # more segments than this would be bands under a pixel: group them ...
+MAP_ROWS = 40      # ... into at most this many rows of equal segments, the rest summed up
 MIN_WIDTH = 1 / 200  # of a panel's width: the narrowest an allocated block is drawn (4.5 px of 900)
 
 
@@ -44,7 +47,8 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         The matplotlib Figure.
     """
     src = read_source(source)
-    segments = device_segments(src.snapshot, device)
+    every = device_segments(src.snapshot, device)
+    segments, left_out, counts = _readable(every)
     import matplotlib.pyplot as plt
     if ax is None:
         panels = plan_panels(segments)
@@ -55,18 +59,23 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
     else:
         panels = plan_panels(segments, single=True)
         fig, axes = ax.figure, [ax]
+    for p in panels:
+        p["counts"] = counts
     info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
                          highlight_largest=highlight_largest)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
-    figs = segment_figures(segments, src.rules, stream=stream)
+    figs = segment_figures(every, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
         f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
-        f"{format_size(figs['allocated_bytes'])} in {len(segments)} segments", 100) +
+        f"{format_size(figs['allocated_bytes'])} in {len(every)} segments", 100) +
         textwrap.wrap(settings_line(src.settings), 100))
     foot = (f"free cached {format_size(figs['free_bytes'])} in {figs['free_blocks']} blocks, "
             f"largest {format_size(figs['largest_free_block_bytes'])} (external fragmentation "
             f"{100 * figs['external_fragmentation']:.1f}%); rounding waste "
             f"{format_size(figs['rounding_waste_bytes'])}")
+    if counts:
+        foot += ("\nequal segments drawn once (the count is in the row name), most free memory "
+                 "first" + (f"; {left_out}" if left_out else ""))
     if info["request_text"]:
         foot += "\n" + info["request_text"]
     foot = "\n".join(w for line in foot.split("\n") for w in textwrap.wrap(line, 110))
@@ -86,6 +95,17 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         # keeps the inline backend from showing it a second time at the end of the cell
         plt.close(fig)
     return fig
+
+
+def _readable(segments):
+    """More than ``GROUP_ABOVE`` segments: draw each group of equal segments once (see
+    ``blockmap_groups``), most free memory first, and sum up the rest. -> (drawn segments in
+    address order, left-out sentence, {drawn index: count} or {})."""
+    if len(segments) <= GROUP_ABOVE:
+        return segments, "", {}
+    groups, left_out = group_segments(segments, MAP_ROWS)
+    groups.sort(key=lambda g: g["segment"]["address"])
+    return [g["segment"] for g in groups], left_out, {i: g["count"] for i, g in enumerate(groups)}
 
 
 def plan_panels(segments, *, single: bool = False) -> list:
@@ -215,7 +235,9 @@ def setup_panel(ax, panel, segments) -> None:
         ax.set_yticks([])
     else:
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"seg {i}  {format_size(segments[i]['total_size'])}"
+        counts = panel.get("counts") or {}
+        ax.set_yticklabels([f"{format_size(segments[i]['total_size'])} x{counts[i]}"
+                            if counts else f"seg {i}  {format_size(segments[i]['total_size'])}"
                             for i in rows], fontsize=7)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

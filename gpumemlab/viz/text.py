@@ -11,7 +11,8 @@ from gpumemlab.units import format_size
 from gpumemlab.viz.history import History
 
 from .metrics import segment_figures
-from .source import read_source, device_segments
+from .blockmap_groups import group_segments
+from .source import device_segments, read_source
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
 LARGE_PAGE_BYTES = 2097152  # segsum-like pages for the large pool, doubled for huge segments
@@ -19,7 +20,8 @@ LEGEND = ("legend: # allocated   ~ freed, not yet returned (pending)   . free, c
           "1-9 page partly used (tenths)")
 
 
-def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None) -> str:
+def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None,
+                  max_rows: int = 40) -> str:
     """An ASCII block map: one row per segment, one character per page, pools apart.
 
     Args:
@@ -27,9 +29,14 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None) -> s
             until the largest segment fits in ``width`` characters. Small-pool segments
             (2 MiB) always use 64 KiB pages.
         width: the widest row of pages when ``page_bytes`` is automatic.
+        max_rows: a pool with more segments than this shows equal segments as one row with a
+            count (``x12``), the rows holding the most free memory first, and one line summing
+            the segments left out (a 1,000-segment recording stays a page, not a scroll).
     """
     if isinstance(width, bool) or not isinstance(width, int) or width < 8:
         raise ValueError(f"width must be an int >= 8, got {width!r}")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise ValueError(f"max_rows must be an int >= 1, got {max_rows!r}")
     src = read_source(source)
     segments = device_segments(src.snapshot, device)
     large = [(i, s) for i, s in enumerate(segments) if s.get("segment_type") != "small"]
@@ -49,8 +56,17 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None) -> s
         if not group:
             continue
         lines.append(f"{title}: {len(group)} segment(s), one character = {format_size(page)}")
-        for index, seg in group:
-            lines.append(_segment_row(index, seg, page))
+        if len(group) <= max_rows:
+            for index, seg in group:
+                lines.append(_segment_row(index, seg, page))
+            continue
+        number = {id(seg): index for index, seg in group}
+        rows, left_out = group_segments([seg for _, seg in group], max_rows)
+        for g in rows:
+            row = _segment_row(number[id(g["segment"])], g["segment"], page)
+            lines.append(row + (f"  x{g['count']} equal segments" if g["count"] > 1 else ""))
+        if left_out:
+            lines.append(f"  ... {left_out}")
     figures = segment_figures(segments, src.rules)
     lines.append(
         f"{len(segments)} segments: reserved {format_size(figures['reserved_bytes'])}, "
