@@ -210,6 +210,7 @@ def test_a_raw_dict_is_normalised_before_it_is_drawn():
 
 
 def test_a_thousand_segments_draw_as_readable_rows():
+    import matplotlib.pyplot as plt
     from test_viz_text import _many_segments
     snap = _many_segments()
     fig = gml.show(snap)
