@@ -117,3 +117,47 @@ def test_verify_names_file_and_entry_of_a_malformed_snapshot(tmp_path, capsys, e
     assert main(["verify", path]) == 2
     err = capsys.readouterr().err
     assert words in err and path in err and "verified" not in err
+
+
+CPP_STACK = [  # innermost first, as a recording with context="all", stacks="all" stores them
+    {"filename": "??", "line": 0, "name": "torch::unwind::unwind()"},
+    {"filename": "/pytorch/torch/csrc/profiler/combined_traceback.cpp", "line": 79,
+     "name": "torch::CapturedTraceback::gather(bool, bool, bool)"},
+    {"filename": "/pytorch/torch/csrc/cuda/memory_snapshot.cpp", "line": 169,
+     "name": "torch::cuda::gather_with_cpp()"},
+    {"filename": "/pytorch/c10/cuda/CUDACachingAllocator.cpp", "line": 1266,
+     "name": "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"},
+    {"filename": "/pytorch/aten/src/ATen/native/TensorFactories.cpp", "line": 45,
+     "name": "at::native::empty_cuda"},
+    {"filename": "/usr/lib/python3/site-packages/torch/nn/modules/linear.py", "line": 125,
+     "name": "forward"},
+    {"filename": "/home/me/train.py", "line": 41, "name": "train_step"},
+    {"filename": "/home/me/train.py", "line": 88, "name": "<module>"},
+]
+
+
+def test_culprit_frames_skip_pytorchs_own_code():
+    from gpumemlab.viz.frames import culprit_frame, frame_text
+    assert frame_text(CPP_STACK) == "/home/me/train.py:41 train_step"
+    no_user = CPP_STACK[:6]
+    assert culprit_frame(no_user)["name"] == "forward"           # PyTorch's Python frame next
+    cpp_only = CPP_STACK[:5]
+    assert culprit_frame(cpp_only)["name"] == "at::native::empty_cuda"   # C++ only when alone
+    assert frame_text([]) == "(no frames recorded)"
+
+
+def test_report_names_user_code_and_reads_a_range(tmp_path, capsys):
+    snap = pickle.loads(Path(TRAIN).read_bytes())
+    # the biggest live block gets a stack recorded with C++ frames
+    biggest = max((b for s in snap["segments"] for b in s["blocks"]
+                   if b["state"] == "active_allocated"), key=lambda b: (b["size"], -b["address"]))
+    biggest["frames"] = CPP_STACK
+    path = tmp_path / "cpp.pickle"
+    path.write_bytes(pickle.dumps(snap))
+    assert main(["report", str(path), "--top", "1", "--range", "100:160"]) == 0
+    out = capsys.readouterr().out
+    assert "train.py:41 train_step" in out and "memory_snapshot.cpp" not in out
+    assert "trace entries 100:160 of 263" in out and "peak reserved" in out
+    assert "largest allocations made in the range" in out
+    assert main(["report", str(path), "--range", "oops"]) == 2
+    assert "expected START:END" in capsys.readouterr().err

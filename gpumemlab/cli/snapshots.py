@@ -20,6 +20,7 @@ from gpumemlab.recordings.files import SnapshotError, SnapshotWarning, load_snap
 from gpumemlab.recordings.replay import ReplayError, replay, replay_devices
 from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap import show
+from gpumemlab.viz.frames import frame_text
 from gpumemlab.viz.metrics import fragmentation
 from gpumemlab.viz.text import text_blockmap
 
@@ -31,6 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("snapshot", help="pickle from torch.cuda.memory._dump_snapshot, or JSON")
     p.add_argument("--png", metavar="FILE", help="also draw the block map into this PNG")
     p.add_argument("--top", type=int, default=10, help="live allocations to list (default 10)")
+    p.add_argument("--range", metavar="START:END", help="also report trace entries START to END "
+                                                        "(of the first device with a trace)")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser("verify", help="replay a recording and check every address",
@@ -135,21 +138,64 @@ def cmd_report(args) -> int:
             for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
     live.sort(key=lambda t: (-t[0], t[2]))
     for size, req, addr, frames in live[: args.top]:
-        where = _frame_text(frames)
+        where = frame_text(frames)      # the user's code, not PyTorch's own frames
         out.append(f"  {_size(size):>12}  requested {req:>12}  at {addr:#x}  {where}")
     if not live:
         out.append("  (none)")
+    if args.range:
+        out.append("")
+        out.extend(_range_report(snap, args.snapshot, args.range, args.top))
     print("\n".join(out))
     if args.png:
         _png(snap, args.png)
     return 0
 
 
-def _frame_text(frames) -> str:
-    for f in frames:
-        if isinstance(f, dict) and f.get("filename") not in (None, "??"):
-            return f"{f.get('filename')}:{f.get('line')} {f.get('name')}"
-    return "(no frames recorded)"
+def _parse_range(text, n):
+    try:
+        a, b = (part.strip() for part in text.split(":"))
+        start = int(a) if a else 0
+        end = int(b) if b else n
+    except ValueError:
+        raise CLIError(f"--range {text!r}: expected START:END, e.g. 1000:2000") from None
+    if not 0 <= start < end:
+        raise CLIError(f"--range {text!r}: START must be >= 0 and less than END")
+    return start, min(end, n)
+
+
+def _range_report(snap, path, text, top):
+    """Entries START..END of a huge trace: what happened, the peaks, the biggest allocations."""
+    devices = replay_devices(snap)
+    if not devices:
+        raise CLIError(f"{path}: --range needs a trace (this snapshot has none)")
+    trace = snap["device_traces"][devices[0]]
+    start, end = _parse_range(text, len(trace))
+    if start >= len(trace):
+        raise CLIError(f"--range {text!r}: the trace has {len(trace)} entries")
+    part = trace[start:end]
+    counts = {}
+    for e in part:
+        counts[e["action"]] = counts.get(e["action"], 0) + 1
+    out = [f"trace entries {start}:{end} of {len(trace)} (device {devices[0]}): "
+           + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))]
+    result = _replay(snap, "range", path, device=devices[0], stop_at=end, stop_on_oom=False)
+    rows = range(start, min(end, len(result.timeline)))
+    if rows:
+        peak_r = max(result.timeline.reserved[i] for i in rows)
+        peak_a = max(result.timeline.allocated[i] for i in rows)
+        out.append(f"  in the range (replayed): peak reserved {_size(peak_r)}, peak allocated "
+                   f"{_size(peak_a)}; at entry {end - 1}: reserved "
+                   f"{_size(result.timeline.reserved[rows[-1]])}, allocated "
+                   f"{_size(result.timeline.allocated[rows[-1]])}")
+    allocs = sorted(((e["size"], start + k, e) for k, e in enumerate(part) if e["action"] == "alloc"),
+                    key=lambda t: (-t[0], t[1]))
+    out.append(f"  largest allocations made in the range (top {top}):")
+    for size, index, e in allocs[:top]:
+        out.append(f"  {_size(size):>12}  entry {index:>8}  at {e['addr']:#x}  "
+                   f"{frame_text(e.get('frames'))}")
+    if not allocs:
+        out.append("  (none)")
+    return out
 
 
 def _blockmap_text(snap) -> str:
