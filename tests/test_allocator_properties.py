@@ -102,3 +102,133 @@ def test_bad_settings_change_nothing():
     with pytest.raises(ValueError):
         alloc.set_allocator_settings("expandable_segments:Yes")
     assert alloc.config.settings_dict() == before
+
+
+# ----------------------------------------------------------------------------- private pools
+
+_MALLOC = st.tuples(st.just("malloc"), SIZES, st.sampled_from([0, 0, 1, 5]))
+_FREE = st.tuples(st.just("free"), st.integers(0, 1000))
+_ENTER = st.tuples(st.just("enter_pool"), st.integers(0, 100))
+POOL_OPS = st.lists(st.one_of(
+    _MALLOC, _MALLOC, _MALLOC, _FREE, _FREE, _ENTER, _ENTER,
+    st.tuples(st.just("record_stream"), st.integers(0, 1000), st.sampled_from([1, 2, 5])),
+    st.tuples(st.just("empty_cache")),
+    st.tuples(st.just("new_pool"), st.booleans(), st.booleans()),
+    st.tuples(st.just("del_pool"), st.integers(0, 100)),
+    st.tuples(st.just("leave_pool")),
+    st.tuples(st.just("begin_capture"), st.integers(0, 100), st.booleans()),
+    st.tuples(st.just("end_capture")),
+    st.tuples(st.just("reset_graph"), st.integers(0, 100)),
+    st.tuples(st.just("fraction"), st.sampled_from([0.3, 0.3, 1.0])),
+), max_size=60)
+# Every run starts with a use_on_oom pool and a no_split pool, so that the random part exercises
+# routing, the OOM fallback and no_split from the first operation on.
+POOL_PREFIX = [("new_pool", True, False), ("new_pool", False, True), ("enter_pool", 0)]
+
+
+def run_pool_ops(conf, ops, total=512 * MiB):
+    """MemPool / use_mem_pool / graph capture on the allocator, as the facade drives it; the
+    invariant checker (pools included) runs after every operation."""
+    from gpumemlab.allocator.private_pool import PoolError
+    alloc = DeviceCachingAllocator(total, config=AllocatorConfig.parse(conf), max_entries=500)
+    live, pools, entered, graphs = [], [], [], []
+    capture = None  # (pool id, stream) of the capture underway
+    next_id = [1, 1]
+    for op in POOL_PREFIX + list(ops):
+        kind = op[0]
+        if kind == "malloc":
+            try:
+                live.append(alloc.malloc(op[1], op[2]))
+            except OutOfMemoryError:
+                pass
+        elif kind == "free" and live:
+            alloc.free(live.pop(op[1] % len(live)))
+        elif kind == "record_stream" and live:
+            alloc.record_stream(live[op[1] % len(live)], op[2])
+        elif kind == "empty_cache":
+            alloc.empty_cache()
+        elif kind == "new_pool":
+            pid = (0, next_id[1])
+            next_id[1] += 1
+            alloc.create_or_incref_pool(pid)
+            if op[1]:
+                alloc.set_use_on_oom(pid, True)
+            if op[2]:
+                alloc.set_no_split(pid)
+            pools.append(pid)
+        elif kind == "del_pool" and pools:
+            pid = pools.pop(op[1] % len(pools))
+            alloc.set_use_on_oom(pid, False)
+            alloc.release_pool(pid)
+            alloc.empty_cache(None, pid)
+        elif kind == "enter_pool" and pools:
+            pid = pools[op[1] % len(pools)]
+            try:
+                alloc.begin_allocate_to_pool(pid, lambda stream: True)
+                entered.append(pid)
+            except PoolError:  # already entered: c10 refuses, nothing changed
+                pass
+        elif kind == "leave_pool" and entered:
+            pid = entered.pop()
+            alloc.end_allocate_to_pool(pid)
+            alloc.release_pool(pid)
+        elif kind == "begin_capture" and capture is None:
+            if op[2] and pools:
+                pid = pools[op[1] % len(pools)]
+            else:
+                pid = (next_id[0], 0)
+                next_id[0] += 1
+            try:
+                alloc.begin_allocate_to_pool(pid, lambda stream: stream == 5)
+            except PoolError:
+                pass
+            else:
+                alloc.notify_capture_begin()
+                capture = pid
+        elif kind == "end_capture" and capture is not None:
+            alloc.notify_capture_end()
+            alloc.end_allocate_to_pool(capture)
+            graphs.append(capture)
+            capture = None
+        elif kind == "reset_graph" and graphs:
+            alloc.release_pool(graphs.pop(op[1] % len(graphs)))
+        elif kind == "fraction":
+            alloc.set_memory_fraction(op[1])
+        check_invariants(alloc)
+    if capture is not None:
+        alloc.notify_capture_end()
+        alloc.end_allocate_to_pool(capture)
+        graphs.append(capture)
+    while entered:
+        pid = entered.pop()
+        alloc.end_allocate_to_pool(pid)
+        alloc.release_pool(pid)
+    for pid in graphs:
+        alloc.release_pool(pid)
+    for pid in pools:
+        alloc.set_use_on_oom(pid, False)
+        alloc.release_pool(pid)
+        alloc.empty_cache(None, pid)
+    check_invariants(alloc)
+    for block in live:
+        alloc.free(block)
+        check_invariants(alloc)
+    alloc.empty_cache()
+    check_invariants(alloc)
+    # Every pool released and every block freed: nothing reserved, no pool remembered.
+    assert alloc.stats.reserved_bytes[0].current == 0
+    assert alloc.graph_pools == {} and alloc.graph_pools_freeable == {}
+    return alloc
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True", "max_split_size_mb:40"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=POOL_OPS)
+def test_pool_invariants_hold_after_every_operation(conf, ops):
+    run_pool_ops(conf, ops)
+
+
+@settings(max_examples=30, deadline=None)
+@given(ops=POOL_OPS)
+def test_pools_deterministic(ops):
+    assert run_pool_ops("", ops).snapshot() == run_pool_ops("", ops).snapshot()

@@ -45,7 +45,10 @@ def test_every_notebook_has_its_source_and_lessons_are_numbered_in_order():
     present = sorted(p.stem for p in NOTEBOOK_DIR.glob("*.ipynb"))
     assert present == CURRICULUM
     assert list(_builder().lessons().values()) == CURRICULUM
-    assert [name[:2] for name in CURRICULUM] == [f"{i:02d}" for i in range(len(CURRICULUM))]
+    # numbered in order, one lesson per number; 00-09 are consecutive, later lessons (11 so far)
+    # keep the number their issue gave them
+    numbers = [int(name[:2]) for name in CURRICULUM]
+    assert numbers == sorted(set(numbers))
     assert CURRICULUM[:10] == ["00_setup", "01_caching_allocator", "02_fragmentation",
                                "03_reading_the_evidence", "04_empty_cache", "05_allocator_settings",
                                "06_expandable_segments", "07_activations", "08_paged_kv_cache",

@@ -69,7 +69,8 @@ class BlockPool:
     """Free blocks of one pool (small or large), ordered like c10's ``std::set`` comparators."""
 
     __slots__ = ("is_small", "stat_types", "stats", "keys", "by_ptr", "unmapped_keys",
-                 "unmapped_by_ptr", "get_free_blocks_call_count", "owner_private_pool")
+                 "unmapped_by_ptr", "get_free_blocks_call_count", "owner_private_pool",
+                 "mempool_id")
 
     def __init__(self, is_small: bool):
         self.is_small = is_small
@@ -82,6 +83,7 @@ class BlockPool:
         self.unmapped_by_ptr = {}
         self.get_free_blocks_call_count = 0
         self.owner_private_pool = None
+        self.mempool_id = (0, 0)  # c10 owner_MempoolId(): the owner's id, (0, 0) by default
 
     # --- blocks (BlockComparatorSize) ---------------------------------------------------
     def insert_into_blocks(self, block: Block) -> None:

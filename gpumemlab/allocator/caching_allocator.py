@@ -2,7 +2,9 @@
 
 Follows c10/cuda/CUDACachingAllocator.cpp function by function, with c10's names:
 ``malloc`` (the fallback chain), ``get_free_block``, ``should_split``, ``alloc_block``,
-``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. The other parts of
+``alloc_found_block``, ``free``, ``free_block`` and ``try_merge_blocks``. Private pools and
+CUDA graph capture (``get_pool``, ``try_mempool_fallback``, ``release_cached_blocks``) are in
+``pools.py``. The other parts of
 c10's ``DeviceCachingAllocator`` are mixins, each declaring the attributes it uses: history
 (``record_trace``) in ``history.py``, streams and events (``record_stream``) in ``events.py``,
 releasing memory (``release_cached_blocks`` and friends) in ``release.py``, expandable segments
@@ -22,7 +24,7 @@ import sys
 from . import trace as tr
 from .block import Block, BlockPool
 from .config import AllocatorConfig
-from .constants import K_SMALL_SIZE, ONE_EXA_BYTES, SIZE_MAX
+from .constants import ONE_EXA_BYTES, SIZE_MAX, STAT_TYPE_NAMES
 from .driver import CudaDriver
 from .events import EventsMixin, _check_stream
 from .expandable_blocks import ExpandableOpsMixin
@@ -30,6 +32,7 @@ from .fit import oversize_allows, should_split
 from .history import HistoryMixin
 from .invariants import check_invariants
 from .oom import EXA_MESSAGE, OutOfMemoryError, oom_message
+from .pools import PoolsMixin
 from .release import ReleaseMixin
 from .rounding import get_allocation_size, round_size
 from .runtime_settings import SettingsMixin
@@ -41,9 +44,10 @@ from .stats import DeviceStats, SelectedStats, max_split_size_stat, update_stat_
 class AllocParams:
     """c10 ``AllocParams``: one request on its way through ``malloc``."""
 
-    __slots__ = ("device", "stream", "size", "pool", "alloc_size", "block", "err", "stat_types")
+    __slots__ = ("device", "stream", "size", "pool", "alloc_size", "block", "err", "stat_types",
+                 "expandable_active")
 
-    def __init__(self, device, size, stream, pool, alloc_size):
+    def __init__(self, device, size, stream, pool, alloc_size, expandable_active):
         self.device = device
         self.stream = stream
         self.size = size  # rounded request
@@ -52,6 +56,9 @@ class AllocParams:
         self.block = None
         self.err = None
         self.stat_types = pool.stats  # get_stat_types_for_pool, as the selected Stats
+        # is_expandable_segments_active: the setting (c10 turns it off for pools with a
+        # pluggable allocator, which the model does not have)
+        self.expandable_active = expandable_active
 
 
 def _check_size(value, name):
@@ -61,7 +68,7 @@ def _check_size(value, name):
         raise ValueError(f"{name} must not be negative, got {value}")
 
 
-class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMixin,
+class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, PoolsMixin, ReleaseMixin,
                              ExpandableOpsMixin, SnapshotMixin):
     """The caching allocator of one (simulated) device."""
 
@@ -88,11 +95,9 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         self._init_expandable()
         self._init_history(record_history, record_context, max_entries)
         self._init_settings()
+        self._init_pools()
 
     # ------------------------------------------------------------------ malloc
-    def get_pool(self, size: int, stream: int) -> BlockPool:
-        return self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
-
     def malloc(self, orig_size: int, stream: int = 0, context=None) -> Block:
         """Allocate ``orig_size`` bytes on ``stream``; raises :class:`OutOfMemoryError`."""
         if type(orig_size) is not int or orig_size < 0:  # noqa: E721  (bools and floats too)
@@ -103,13 +108,14 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
             raise OutOfMemoryError(EXA_MESSAGE, requested_size=orig_size, device=self.device)
         if self.record_context_ < tr.STATE:
             context = None
-        if self.cuda_events:
+        # No event queries during a graph capture (illegal while capturing): defer them.
+        if (self.cuda_events or self.deferred_blocks) and not self.num_active_captures:
             self.process_events(context)
         config = self.config
         size = round_size(orig_size, config)
         pool = self.get_pool(size, stream)
         alloc_size = get_allocation_size(size, config.large_segment_size)
-        p = AllocParams(self.device, size, stream, pool, alloc_size)
+        p = AllocParams(self.device, size, stream, pool, alloc_size, config.expandable_segments)
 
         # First, try to get a block from the existing pool (callbacks: none registered here).
         block_found = self.get_free_block(p)
@@ -120,14 +126,17 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
             block_found = (
                 # Attempt allocate
                 self.alloc_block(p, False, context)
+                # Try pools that opted in as overflow before expensive freeing (use_on_oom).
+                or self.try_mempool_fallback(p)
                 # Free enough available cached blocks to satisfy alloc and retry alloc.
                 or (self.release_available_cached_blocks(p, context)
                     and self.alloc_block(p, False, context))
-                # Free all non-split cached blocks and retry alloc.
-                or (self.release_cached_blocks(context) and self.alloc_block(p, True, context)))
+                # Free all non-split cached blocks and retry alloc (not during a graph capture).
+                or (not self.num_active_captures and self.release_cached_blocks(context)
+                    and self.alloc_block(p, True, context)))
         if not block_found:
             self._raise_oom(p, orig_size, context)
-        split_remainder = self.should_split(p.block, p.size)
+        split_remainder = self.should_split(p.block, p.size, p.expandable_active)
         return self.alloc_found_block(p, orig_size, context, split_remainder)
 
     def _raise_oom(self, p: AllocParams, orig_size: int, context):
@@ -135,13 +144,14 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         allowed_info = ""
         if self.set_fraction:
             allowed_info = format_size(self.allowed_memory_maximum) + " allowed; "
-        self.record_trace(tr.OOM, device_free, p.size, p.stream, context)
+        self.record_trace(tr.OOM, device_free, p.size, p.stream, context, p.pool.mempool_id)
         self.stats.num_ooms += 1
         allocated_bytes = self.stats.allocated_bytes[0].current
         reserved_bytes = self.stats.reserved_bytes[0].current
         message = oom_message(alloc_size=p.alloc_size, device=self.device, device_total=device_total,
                               device_free=device_free, allowed_info=allowed_info, proc_info="",
-                              allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes)
+                              allocated_bytes=allocated_bytes, reserved_bytes=reserved_bytes,
+                              allocated_in_private_pools=self.allocated_in_private_pools())
         raise OutOfMemoryError(message, requested_size=orig_size, size=p.size,
                                alloc_size=p.alloc_size, device_free=device_free,
                                device_total=device_total, device=self.device)
@@ -160,7 +170,7 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
             return False
         block = pool.block_at(i)
         if block.expandable_segment is not None:
-            if config.expandable_segments:
+            if p.expandable_active:
                 # For best fit, an expandable block counts as the size it can grow to.
                 def expandable_size(b):
                     n = b.next
@@ -187,8 +197,11 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         pool.erase_at(i)
         return True
 
-    def should_split(self, block: Block, size: int) -> bool:
-        return should_split(block.pool.is_small, block.size, size, self.config)
+    def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:
+        # If the pool is marked as not splitting a segment (MemPool(no_split=True)), do not split
+        if self.no_split_pools and block.pool.mempool_id in self.no_split_pools:
+            return False
+        return should_split(block.pool.is_small, block.size, size, self.config, expandable_active)
 
     def alloc_block(self, p: AllocParams, is_retry: bool, context) -> bool:
         """Get new memory from the driver: a cudaMalloc'd segment or expandable pages."""
@@ -199,9 +212,11 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         if limit is not None and self.total_allocated_memory + size > limit:
             p.err = "cudaErrorMemoryAllocation"
             return False
-        if self.config.expandable_segments:
+        if p.expandable_active:
             p.block = self.try_allocate_expandable_block(p.device, p.stream, p.pool, p.size, context)
             p.err = None if p.block is not None else "cudaErrorMemoryAllocation"
+            if p.block is not None and p.pool.owner_private_pool is not None:
+                p.pool.owner_private_pool.cudaMalloc_count += 1
             return p.block is not None
         ptr = self.driver.cuda_malloc(size)
         if ptr is None:
@@ -211,10 +226,12 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         block = Block(p.device, p.stream, size, p.pool, ptr)
         update_stat_array(p.stat_types.segment, 1)
         update_stat_array(p.stat_types.reserved_bytes, size)
+        if p.pool.owner_private_pool is not None:  # a segment for a private pool
+            self.note_private_segment(p.pool, size, segments=1)
         if size >= self.config.max_split_size:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
-        self.record_trace(tr.SEGMENT_ALLOC, ptr, size, p.stream, context)
+        self.record_trace(tr.SEGMENT_ALLOC, ptr, size, p.stream, context, p.pool.mempool_id)
         block.context_when_segment_allocated = context
         p.block = block
         return True
@@ -252,7 +269,7 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         block.allocated = True
         block.requested_size = orig_size
         block.context_when_allocated = context
-        self.record_trace(tr.ALLOC, block.ptr, orig_size, block.stream, context)
+        self.record_trace(tr.ALLOC, block.ptr, orig_size, block.stream, context, pool.mempool_id)
         self.active_blocks[block.ptr] = block
         update_stat_array(selected.allocation, 1)
         update_stat_array(selected.allocated_bytes, block.size)
@@ -278,18 +295,23 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
         update_stat_array(selected.allocation, -1)
         update_stat_array(selected.allocated_bytes, -block.size)
         self.record_trace(tr.FREE_REQUESTED, block.ptr, block.requested_size, block.stream,
-                          context if context is not None else block.context_when_allocated)
+                          context if context is not None else block.context_when_allocated,
+                          block.pool.mempool_id)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
-            self.insert_events(block)
+            if self.num_active_captures:  # no cudaEventRecord during a capture: defer
+                self.defer_free_during_capture(block)
+            else:
+                self.insert_events(block)
         else:
             self.free_block(block, context)
 
     def free_block(self, block: Block, context) -> None:
         """Move a block into its pool of cached free blocks, merging with free neighbours."""
         self.record_trace(tr.FREE_COMPLETED, block.ptr, block.requested_size, block.stream,
-                          context if context is not None else block.context_when_allocated)
+                          context if context is not None else block.context_when_allocated,
+                          block.pool.mempool_id)
         block.context_when_allocated = None
         original_block_size = block.size
         requested_size = block.requested_size
@@ -339,19 +361,28 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, ReleaseMi
 
     # ------------------------------------------------------------------ queries
     def memory_stats(self):
-        """``torch.cuda.memory_stats()``: flat dotted keys, sorted."""
-        return self.stats.as_flat_dict()
+        """``torch.cuda.memory_stats()``: flat dotted keys, sorted (reserved_bytes_by_private_pools
+        flattened as ``reserved_bytes_by_private_pools.0_1.all.current``)."""
+        return self.stats.as_flat_dict(self.private_pool_stats.as_flat_items(STAT_TYPE_NAMES))
+
+    def memory_stats_as_nested_dict(self) -> dict:
+        nested = self.stats.as_nested_dict()
+        nested["reserved_bytes_by_private_pools"] = self.private_pool_stats.as_nested_dict(
+            STAT_TYPE_NAMES)
+        return nested
 
     def reset_peak_stats(self) -> None:
         self.stats.reset_peak()
+        self.private_pool_stats.reset_peak()
 
     def reset_accumulated_stats(self) -> None:
         self.stats.reset_accumulated()
+        self.private_pool_stats.reset_accumulated()
 
     def cache_info(self) -> int:
-        """c10 ``cacheInfo``: the largest cached free block (0 if none)."""
+        """c10 ``cacheInfo``: the largest cached free block (0 if none), private pools too."""
         largest = 0
-        for pool in (self.large_blocks, self.small_blocks):
+        for pool in self.all_block_pools():
             for block in pool.blocks():
                 largest = max(largest, block.size)
         return largest

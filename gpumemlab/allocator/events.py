@@ -1,5 +1,6 @@
 """Streams and events: c10's ``recordStream``, ``insert_events``, ``process_events`` and
-``synchronize_and_free_events``.
+``synchronize_and_free_events`` (both first give the blocks freed during a CUDA graph capture
+their events: ``insert_events_deferred_until_no_capture`` in pools.py).
 
 A block used on another stream (``record_stream``) is not reusable when it is freed: one event is
 recorded per stream that used it, and the block stays ``active_pending_free`` until every event has
@@ -27,6 +28,11 @@ class EventsMixin:
     # Owned by the allocator core (caching_allocator.py):
     stats: DeviceStats
     free_block: Callable  # free_block(block, context)
+    # Owned by PoolsMixin (pools.py):
+    num_active_captures: int
+    deferred_blocks: list
+    insert_events_deferred_until_no_capture: Callable  # (context)
+    note_stream_use_during_capture: Callable  # (block, stream)
 
     def _init_events(self) -> None:
         self.cuda_events = {}
@@ -41,6 +47,8 @@ class EventsMixin:
         if block.stream_uses is None:
             block.stream_uses = {}
         block.stream_uses[stream] = None
+        if self.num_active_captures:
+            self.note_stream_use_during_capture(block, stream)
 
     def insert_events(self, block: Block) -> None:
         streams = block.stream_uses
@@ -51,12 +59,15 @@ class EventsMixin:
 
     def process_events(self, context) -> None:
         """Outstanding events are complete by the next malloc: free their blocks."""
+        if self.deferred_blocks:
+            self.insert_events_deferred_until_no_capture(context)
         if self.cuda_events:
             self._complete_all_events(context)
 
     def synchronize_and_free_events(self, context) -> None:
         """Wait for every outstanding event (``empty_cache``, the OOM retry)."""
         self.stats.num_sync_all_streams += 1
+        self.insert_events_deferred_until_no_capture(context)
         self._complete_all_events(context)
 
     def _complete_all_events(self, context) -> None:

@@ -35,7 +35,8 @@ class ExpandableOpsMixin:
     stats: DeviceStats
     total_allocated_memory: int
     try_merge_blocks: Callable  # (dst, src, pool) -> bytes subsumed
-    record_trace: Callable  # (action, addr, size, stream, context)
+    record_trace: Callable  # (action, addr, size, stream, context, pool_id)
+    note_private_segment: Callable  # PoolsMixin: (pool, reserved bytes, segments)
 
     def _init_expandable(self) -> None:
         self.expandable_segments_ = []
@@ -89,8 +90,11 @@ class ExpandableOpsMixin:
         pool.insert_into_blocks(to_map)
         self.total_allocated_memory += mapped_size
         update_stat_array(pool.stats.reserved_bytes, mapped_size)
+        if pool.owner_private_pool is not None:
+            self.note_private_segment(pool, mapped_size, segments=0)
         self.stats.num_device_alloc += 1
-        self.record_trace(tr.SEGMENT_MAP, mapped_ptr, mapped_size, to_map.stream, context)
+        self.record_trace(tr.SEGMENT_MAP, mapped_ptr, mapped_size, to_map.stream, context,
+                          pool.mempool_id)
         if to_map.prev is None and to_map.context_when_segment_allocated is None:
             to_map.context_when_segment_allocated = context
         return True
@@ -141,9 +145,13 @@ class ExpandableOpsMixin:
         pool.insert_unmapped(block)
         self.total_allocated_memory -= unmapped_size
         update_stat_array(pool.stats.reserved_bytes, -unmapped_size)
+        if pool.owner_private_pool is not None:
+            # c10 counts one cudaMalloc fewer per unmap (see pools.note_private_segment)
+            self.note_private_segment(pool, -unmapped_size, segments=-1)
         self.stats.num_device_free += 1
         self.record_trace(tr.SEGMENT_UNMAP, unmapped_ptr, unmapped_size, block.stream,
-                          context if context is not None else block.context_when_segment_allocated)
+                          context if context is not None else block.context_when_segment_allocated,
+                          pool.mempool_id)
 
     def release_expandable_segment(self, block) -> None:
         es = block.expandable_segment

@@ -23,10 +23,15 @@ def oversize_allows(block_size: int, size: int, settings) -> bool:
     return block_size < size + settings.max_non_split_rounding_size
 
 
-def should_split(is_small: bool, block_size: int, size: int, settings) -> bool:
+def should_split(is_small: bool, block_size: int, size: int, settings,
+                 expandable_active=None) -> bool:
     """c10 ``should_split``: whether a block of ``block_size`` handed to a rounded request of
-    ``size`` is cut, leaving the rest cached."""
+    ``size`` is cut, leaving the rest cached. ``expandable_active`` is the request's
+    ``is_expandable_segments_active`` (default: the setting; False for a request served by a
+    ``use_on_oom`` pool). The ``no_split`` pool check is the allocator's."""
     remaining = block_size - size
-    if is_small or settings.expandable_segments:
+    if expandable_active is None:
+        expandable_active = settings.expandable_segments
+    if is_small or expandable_active:
         return remaining >= K_MIN_BLOCK_SIZE
     return size < settings.max_split_size and remaining > K_SMALL_SIZE

@@ -34,7 +34,8 @@ class HistoryMixin:
         """``maybeGatherContext``: keep the caller's frames only at this recording level."""
         return context if self.record_context_ >= level else None
 
-    def record_trace(self, action, addr, size, stream, context) -> None:
+    def record_trace(self, action, addr, size, stream, context, pool_id=(0, 0)) -> None:
+        """c10 ``record_trace``; ``pool_id`` is the entry's memory pool (``owner_MempoolId``)."""
         if not self.record_history:
             return
         if self.skip_actions and action in self.skip_actions:
@@ -42,7 +43,7 @@ class HistoryMixin:
         self.clock += 1
         frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
         self.alloc_buffer.insert((action, addr, size, stream, self.clock, frames,
-                                  self.user_metadata))
+                                  self.user_metadata, pool_id))
 
     def record_history_settings(self, enabled: bool, context: str | None = "all",
                                 max_entries: int = sys.maxsize, skip_actions=None) -> None:

@@ -4,6 +4,9 @@ Run by the property tests after every operation. Checks that blocks tile their s
 (contiguous addresses, symmetric prev/next links), that free neighbours have always been merged,
 that a block sits in its pool's free set exactly when it is free and mapped, that every
 statistic equals a recount from the blocks, and that allocated <= reserved <= capacity.
+Private pools (pools.py): every block belongs to the default pools or to a pool the allocator
+still knows; a pool's reserved bytes, segment count (cudaMalloc_count) and use_count agree with
+its blocks, its users and the freeable set; captures and deferred frees are consistent.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ def all_chains(alloc) -> list:
     seen = set()
     chains = []
     candidates = []
-    for pool in (alloc.small_blocks, alloc.large_blocks):
+    for pool in alloc.all_block_pools():
         candidates.extend(pool.blocks())
         candidates.extend(pool.unmapped_blocks())
     candidates.extend(alloc.active_blocks.values())
@@ -54,9 +57,14 @@ def check_invariants(alloc) -> None:
                                     "inactive_split", "inactive_split_bytes")}
     oversize_alloc = oversize_seg = 0
     active_seen = {}
+    known_pools = {id(p) for p in alloc.all_block_pools()}
+    pool_reserved = {}  # private pool id -> [all, small, large] reserved bytes recount
+    pool_segments = {}  # private pool id -> cudaMalloc'd segments
     for chain in all_chains(alloc):
         head = chain[0]
         pool = head.pool
+        _require(id(pool) in known_pools, f"{head!r} belongs to a pool the allocator forgot")
+        owner = pool.owner_private_pool
         types = (AGGREGATE, SMALL_POOL if pool.is_small else LARGE_POOL)
         es = head.expandable_segment
         split = len(chain) > 1
@@ -69,6 +77,9 @@ def check_invariants(alloc) -> None:
                 count["reserved_bytes"][t] += seg_size
             if seg_size >= max_split:
                 oversize_seg += 1
+            reserved_here = seg_size
+            if owner is not None:
+                pool_segments[owner.id] = pool_segments.get(owner.id, 0) + 1
         else:
             _require(head.ptr == es.ptr and sum(b.size for b in chain) == es.size(),
                      "expandable segment blocks do not cover its address range")
@@ -77,6 +88,11 @@ def check_invariants(alloc) -> None:
                      "mapped blocks disagree with the expandable segment's mapped pages")
             for t in types:
                 count["reserved_bytes"][t] += mapped
+            reserved_here = mapped
+        if owner is not None and reserved_here:
+            r = pool_reserved.setdefault(owner.id, [0, 0, 0])
+            for t in types:
+                r[t] += reserved_here
         prev = None
         for b in chain:
             _require(b.pool is pool and b.expandable_segment is es, f"{b!r} changed segment or pool")
@@ -132,6 +148,44 @@ def check_invariants(alloc) -> None:
     _require(alloc.driver.used_bytes == reserved, "driver memory in use != reserved_bytes")
     _require(stats.allocated_bytes[AGGREGATE].current <= reserved <= alloc.driver.total_memory,
              "allocated <= reserved <= capacity does not hold")
-    for pool in (alloc.small_blocks, alloc.large_blocks):
+    for pool in alloc.all_block_pools():
         _require(pool.keys == sorted(pool.keys), "pool order broken")
         _require(len(pool.keys) == len(pool.by_ptr), "pool index out of step")
+    _check_private_pools(alloc, pool_reserved, pool_segments)
+
+
+def _check_private_pools(alloc, pool_reserved, pool_segments) -> None:
+    for pid, pp in alloc.graph_pools.items():
+        _require(pp.id == pid and pid != (0, 0), f"pool {pid} is filed under the wrong id")
+        _require(pp.use_count >= 0, f"pool {pid} has a negative use_count")
+        _require((pp.use_count == 0) == (pid in alloc.graph_pools_freeable),
+                 f"pool {pid}: use_count {pp.use_count} disagrees with the freeable set")
+        _require(all(b.pool.owner_private_pool is pp for pool in pp.block_pools()
+                     for b in pool.blocks()), f"pool {pid} holds another pool's free block")
+        if not any(b.expandable_segment is not None for pool in pp.block_pools()
+                   for b in pool.blocks() + pool.unmapped_blocks()):
+            _require(pp.cudaMalloc_count == pool_segments.get(pid, 0),
+                     f"pool {pid}: cudaMalloc_count {pp.cudaMalloc_count}, "
+                     f"{pool_segments.get(pid, 0)} segments")
+    for pid, pp in alloc.graph_pools_freeable.items():
+        _require(alloc.graph_pools.get(pid) is pp, f"freeable pool {pid} is not a known pool")
+    for pid, _ in alloc.captures_underway:
+        pp = alloc.graph_pools.get(pid)
+        _require(pp is not None and pp.use_count > 0,
+                 f"allocations are diverted to pool {pid}, which has no user")
+    _require(len({pid for pid, _ in alloc.captures_underway}) == len(alloc.captures_underway),
+             "one pool is recorded to twice")
+    _require(0 <= alloc.num_active_captures <= len(alloc.captures_underway),
+             "more graph captures than diversions")
+    for b in alloc.deferred_blocks:
+        _require(not b.allocated and b.stream_uses and b.event_count == 0,
+                 f"deferred {b!r} is not a freed block waiting for other streams")
+        _require(alloc.active_blocks.get(b.ptr) is b, f"deferred {b!r} left active_blocks")
+    recorded = alloc.private_pool_stats.by_id
+    for pid in set(recorded) | set(pool_reserved):
+        want = pool_reserved.get(pid, [0, 0, 0])
+        have = [s.current for s in recorded[pid]] if pid in recorded else [0, 0, 0]
+        _require(have == want, f"reserved_bytes_by_private_pools[{pid}] is {have}, "
+                               f"a recount gives {want}")
+        _require(pid in alloc.graph_pools or want == [0, 0, 0],
+                 f"forgotten pool {pid} still holds memory")

@@ -1,6 +1,6 @@
-"""Giving memory back to CUDA: c10's ``release_available_cached_blocks``,
-``release_cached_blocks`` (= ``emptyCache``), ``release_blocks``, ``release_block`` and
-``garbage_collect_cached_blocks``.
+"""Giving memory back to CUDA: c10's ``release_available_cached_blocks``, ``release_blocks``,
+``release_block`` and ``garbage_collect_cached_blocks``. ``release_cached_blocks`` (=
+``emptyCache``), which also empties private pools, is in pools.py.
 
 Only whole free segments (a block with neither ``prev`` nor ``next``) can be cudaFree'd; the
 free parts of a segment that still holds a live block stay reserved. Expandable segments
@@ -30,11 +30,10 @@ class ReleaseMixin:
     total_allocated_memory: int
     # Owned by the other parts: SettingsMixin, EventsMixin, ExpandableOpsMixin, HistoryMixin.
     allowed_memory_maximum: int | None
-    synchronize_and_free_events: Callable  # (context)
     unmap_block: Callable  # (block, context)
     release_expandable_segment: Callable  # (block)
-    record_trace: Callable  # (action, addr, size, stream, context)
-    _gather: Callable  # (level, context)
+    record_trace: Callable  # (action, addr, size, stream, context, pool_id)
+    note_private_segment: Callable  # PoolsMixin: (pool, reserved bytes, segments)
 
     def release_available_cached_blocks(self, p, context) -> bool:
         """With ``max_split_size`` set: free one oversize cached block big enough for the
@@ -71,20 +70,6 @@ class ReleaseMixin:
             self.release_block(pool.block_at(i), context)
         return True
 
-    def release_cached_blocks(self, context) -> bool:
-        """``emptyCache``: wait for all events, then free every whole free segment."""
-        # First ensure that all blocks that can't currently be allocated due to
-        # outstanding events are returned to the pool.
-        self.synchronize_and_free_events(context)
-        # Free all non-split cached blocks to system allocator
-        self.release_blocks(self.large_blocks, context)
-        self.release_blocks(self.small_blocks, context)
-        return True
-
-    def empty_cache(self, context=None) -> None:
-        """c10 ``emptyCache`` (``torch.cuda.empty_cache``)."""
-        self.release_cached_blocks(self._gather(tr.ALL, context))
-
     def release_blocks(self, pool, context) -> None:
         to_unmap = []
         for block in pool.blocks():
@@ -112,10 +97,13 @@ class ReleaseMixin:
         stats = self.stats
         stats.num_device_free += 1
         self.record_trace(tr.SEGMENT_FREE, block.ptr, block.size, block.stream,
-                          context if context is not None else block.context_when_segment_allocated)
+                          context if context is not None else block.context_when_segment_allocated,
+                          block.pool.mempool_id)
         self.driver.cuda_free(block.ptr)
         self.total_allocated_memory -= block.size
         pool = block.pool
+        if pool.owner_private_pool is not None:
+            self.note_private_segment(pool, -block.size, segments=-1)
         update_stat_array(pool.stats.segment, -1)
         update_stat_array(pool.stats.reserved_bytes, -block.size)
         if block.size >= self.config.max_split_size:

@@ -31,14 +31,25 @@ class SnapshotMixin:
     small_blocks: BlockPool
     active_blocks: dict
     alloc_buffer: tr.TraceRingBuffer
-    record_trace: Callable  # (action, addr, size, stream, context)
+    record_trace: Callable  # (action, addr, size, stream, context, pool_id)
+    # Owned by PoolsMixin (pools.py):
+    graph_pools: dict
+    all_block_pools: Callable  # () -> every BlockPool, default first
+    private_pool_head_blocks: Callable  # (PrivatePool) -> its segments' first blocks
 
-    def segments_snapshot(self) -> list:
-        """The ``segments`` list; records a ``snapshot`` trace entry."""
-        heads = []
-        for pool in (self.small_blocks, self.large_blocks):
-            heads.extend(pool.blocks())
-        heads.extend(self.active_blocks.values())
+    def segments_snapshot(self, mempool_id=(0, 0)) -> list:
+        """The ``segments`` list (of one private pool for a non-default ``mempool_id``, as
+        c10 ``snapshot(mempool_id)``); records a ``snapshot`` trace entry. As in c10, a private
+        pool's snapshot starts from the blocks with no ``prev`` only, so an expandable
+        segment's mapped ranges after an unmapped gap are not in it."""
+        if mempool_id != (0, 0):
+            pp = self.graph_pools.get(mempool_id)
+            heads = self.private_pool_head_blocks(pp) if pp is not None else []
+        else:
+            heads = []
+            for pool in self.all_block_pools():
+                heads.extend(pool.blocks())
+            heads.extend(self.active_blocks.values())
         result = []
         total_active = 0
         for head in heads:
@@ -82,13 +93,13 @@ class SnapshotMixin:
                 "requested_size": requested_size,
                 "stream": head.stream,
                 "segment_type": "small" if head.pool.is_small else "large",
-                "segment_pool_id": (0, 0),
+                "segment_pool_id": head.pool.mempool_id,
                 "is_expandable": head.expandable_segment is not None,
                 "frames": _frames(head.context_when_segment_allocated),
                 "blocks": blocks,
             })
         result.sort(key=lambda seg: seg["address"])
-        self.record_trace(tr.SNAPSHOT, 0, total_active, 0, None)
+        self.record_trace(tr.SNAPSHOT, 0, total_active, 0, None, mempool_id)
         return result
 
     def trace(self) -> list:

@@ -91,9 +91,10 @@ class DeviceStats:
         result["oversize_segments"] = self.oversize_segments.as_dict()
         return result
 
-    def as_flat_dict(self) -> "OrderedDict[str, int]":
-        """Like ``torch.cuda.memory_stats()``: dotted keys, sorted."""
-        flat = []
+    def as_flat_dict(self, extra=()) -> "OrderedDict[str, int]":
+        """Like ``torch.cuda.memory_stats()``: dotted keys, sorted (``extra``: more flat
+        (key, value) items, e.g. reserved_bytes_by_private_pools)."""
+        flat = list(extra)
 
         def walk(prefix, obj):
             if isinstance(obj, dict):

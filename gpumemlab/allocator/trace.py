@@ -73,7 +73,7 @@ class TraceRingBuffer:
 
 def entry_to_dict(entry) -> dict:
     """One trace tuple as PyTorch's trace-entry dict."""
-    action, addr, size, stream, time_us, frames, user_metadata = entry
+    action, addr, size, stream, time_us, frames, user_metadata, pool_id = entry
     d = {"action": action}
     d["device_free" if action == OOM else "addr"] = addr
     d["size"] = size
@@ -81,6 +81,7 @@ def entry_to_dict(entry) -> dict:
     d["time_us"] = time_us
     d["compile_context"] = "N/A"  # newest PyTorch: torch.compile context, "N/A" outside it
     d["user_metadata"] = user_metadata
+    d["pool_id"] = pool_id  # torch 2.13's TraceEntry docstring: the entry's memory pool
     if frames is not None:
         d["frames"] = list(frames)
     return d

@@ -4,11 +4,15 @@ memory_summary, empty_cache, set_per_process_memory_fraction, _snapshot, ...).
 
 ``gpu.empty(nbytes)`` plays the part of ``torch.empty(nbytes, dtype=torch.uint8, device="cuda")``:
 it returns an :class:`Allocation` that is freed when its last reference goes, like a tensor.
+Private pools, CUDA graphs and streams (``MemPool``, ``use_mem_pool``, ``CUDAGraph``, ``graph``,
+``Stream``, ``stream``) come from :class:`~gpumemlab.devices.pools_api.PoolsAPI`. One lock
+serialises the allocator's operations, as c10's per-device mutex does.
 """
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import traceback
 
 from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
@@ -16,6 +20,7 @@ from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAl
 from gpumemlab.allocator.driver import CudaError as _AllocatorCudaError
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
 from .errors import CudaError, OutOfMemoryError
+from .pools_api import PoolsAPI
 from gpumemlab.units import format_size, parse_size
 
 _MAX_TOTAL_MEMORY = 1 << 50  # 1 PiB: far beyond any GPU, small enough to stay meaningful
@@ -83,7 +88,7 @@ def _caller_frames(limit: int = 12) -> list:
     return frames
 
 
-class SimulatedGPU:
+class SimulatedGPU(PoolsAPI):
     """A GPU of ``total_memory`` bytes run by a faithful model of PyTorch's caching allocator.
 
     Args:
@@ -123,6 +128,8 @@ class SimulatedGPU:
         self.allocator = DeviceCachingAllocator(total, config=config, device=device_index,
                                                 record_history=record_history,
                                                 max_entries=max_entries, other_memory=other)
+        self._lock = threading.RLock()
+        self._init_pools_api()
 
     # ------------------------------------------------------------------ identity
     @property
@@ -142,10 +149,13 @@ class SimulatedGPU:
         return f"<{self.describe()}>"
 
     # ------------------------------------------------------------------ allocation
-    def empty(self, nbytes, stream: int = 0) -> Allocation:
-        """Allocate ``nbytes`` (an int, or a string like "2GiB") on ``stream``."""
+    def empty(self, nbytes, stream: int | None = None) -> Allocation:
+        """Allocate ``nbytes`` (an int, or a string like "2GiB") on ``stream`` (default: this
+        thread's current stream, 0 unless inside ``with gpu.stream(s):``)."""
         nbytes = parse_size(nbytes, name="nbytes")
-        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        if stream is None:
+            stream = self.current_stream()
+        elif isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
             raise ValueError(f"stream must be a non-negative int (0 = default stream), got {stream!r}")
         if nbytes == 0:
             return Allocation(self, None, 0, stream)  # like PyTorch: size 0 skips the allocator
@@ -154,7 +164,8 @@ class SimulatedGPU:
                                     requested_size=nbytes, device=self.device_index)
         context = _caller_frames() if self.record_frames else None
         try:
-            block = self.allocator.malloc(nbytes, stream, context)
+            with self._lock:
+                block = self.allocator.malloc(nbytes, stream, context)
         except _AllocatorOOM as exc:
             raise OutOfMemoryError.from_allocator(exc) from None
         except _AllocatorCudaError as exc:
@@ -168,7 +179,8 @@ class SimulatedGPU:
 
     def _free_block(self, block) -> None:
         context = _caller_frames() if self.record_frames else None
-        self.allocator.free(block, context)
+        with self._lock:
+            self.allocator.free(block, context)
 
     def _check_mine(self, allocation) -> None:
         if not isinstance(allocation, Allocation):
@@ -182,7 +194,8 @@ class SimulatedGPU:
         """``tensor.record_stream(stream)``: on free, the block waits for ``stream``'s work."""
         self._check_mine(allocation)
         if allocation._block is not None:
-            self.allocator.record_stream(allocation._block, stream)
+            with self._lock:
+                self.allocator.record_stream(allocation._block, stream)
 
     def synchronize(self) -> None:
         """``torch.cuda.synchronize()``: the simulator has no queued GPU work, so nothing to wait
@@ -205,13 +218,10 @@ class SimulatedGPU:
         return self.allocator.memory_stats()
 
     def memory_stats_as_nested_dict(self) -> dict:
-        return self.allocator.stats.as_nested_dict()
+        return self.allocator.memory_stats_as_nested_dict()
 
     def memory_summary(self, abbreviated: bool = False) -> str:
         return memory_summary(self.memory_stats(), device=self.device_index, abbreviated=abbreviated)
-
-    def memory_snapshot(self) -> list:
-        return self.snapshot()["segments"]
 
     def snapshot(self) -> dict:
         """``torch.cuda.memory._snapshot()``: segments, device_traces, allocator_settings."""
@@ -220,7 +230,8 @@ class SimulatedGPU:
         return snap
 
     def empty_cache(self) -> None:
-        self.allocator.empty_cache(_caller_frames() if self.record_frames else None)
+        with self._lock:
+            self.allocator.empty_cache(_caller_frames() if self.record_frames else None)
 
     def reset_peak_memory_stats(self) -> None:
         self.allocator.reset_peak_stats()

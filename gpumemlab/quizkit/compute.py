@@ -2,7 +2,9 @@
 
 ``ops`` is a list of lines: ``a = 3MiB`` allocates (sizes as ``parse_size`` reads them; a bare
 number is bytes; ``@1`` at the end picks stream 1), ``del a`` frees, ``empty_cache`` returns
-wholly free segments. A request that does not fit is recorded as an out-of-memory error and the
+wholly free segments. Private pools: ``pool P`` makes a ``MemPool`` (``pool P use_on_oom``,
+``pool P no_split``), ``in P: a = 3MiB`` allocates inside ``use_mem_pool(P)``, and ``del P``
+drops the pool (its destructor releases it, as torch's does). A request that does not fit is recorded as an out-of-memory error and the
 name stays unbound, as in a notebook. ``measure`` names what the question asks about; see
 ``MEASURES``. So a bank never types an allocator number: the simulator produces it.
 """
@@ -17,16 +19,20 @@ from ..units import parse_size
 
 _ALLOC = re.compile(r"^([A-Za-z_]\w*)\s*=\s*([0-9.]+\s*[A-Za-z]*)\s*(?:@\s*(\d+))?$")
 _DEL = re.compile(r"^del\s+([A-Za-z_]\w*)$")
+_POOL = re.compile(r"^pool\s+([A-Za-z_]\w*)((?:\s+(?:use_on_oom|no_split))*)$")
+_IN_POOL = re.compile(r"^in\s+([A-Za-z_]\w*)\s*:\s*(.+)$")
 MEASURES = ("memory_reserved", "memory_allocated", "max_memory_reserved", "max_memory_allocated",
             "segments", "largest_free", "cached_free", "oom", "num_ooms")
 _MEASURE_ARG = re.compile(r"^(size_of|same_address|stat):(.+)$")
 
 
 class Outcome:
-    """What running some ops left behind: the GPU, named allocations and OOM count."""
+    """What running some ops left behind: the GPU, named allocations, OOM count and the pools
+    (kept alive with the outcome, as a notebook keeps its pools)."""
 
-    def __init__(self, gpu, names, ooms):
+    def __init__(self, gpu, names, ooms, pools=None):
         self.gpu, self.names, self.ooms = gpu, names, ooms
+        self.pools = pools or {}
 
 
 def validate_compute(spec) -> None:
@@ -58,11 +64,23 @@ def validate_measure(measure) -> None:
 
 
 def parse_op(op: str):
-    """-> ('alloc', name, nbytes, stream) | ('del', name) | ('empty_cache',)."""
+    """-> ('alloc', name, nbytes, stream[, pool]) | ('del', name) | ('empty_cache',) |
+    ('pool', name, use_on_oom, no_split)."""
 
     text = op.strip()
     if text in ("empty_cache", "empty_cache()"):
         return ("empty_cache",)
+    m = _POOL.match(text)
+    if m:
+        flags = m.group(2).split()
+        return ("pool", m.group(1), "use_on_oom" in flags, "no_split" in flags)
+    m = _IN_POOL.match(text)
+    if m:
+        inner = parse_op(m.group(2))
+        if inner[0] != "alloc" or len(inner) != 4:
+            raise ValueError(f"cannot read op {op!r}: 'in P:' takes an allocation, "
+                             f"like 'in P: a = 3MiB'")
+        return inner + (m.group(1),)
     m = _DEL.match(text)
     if m:
         return ("del", m.group(1))
@@ -70,8 +88,8 @@ def parse_op(op: str):
     if m:
         return ("alloc", m.group(1), parse_size(m.group(2).replace(" ", ""), name="op size"),
                 int(m.group(3) or 0))
-    raise ValueError(f"cannot read op {op!r}: write 'a = 3MiB', 'a = 3MiB @1', 'del a' or "
-                     f"'empty_cache'")
+    raise ValueError(f"cannot read op {op!r}: write 'a = 3MiB', 'a = 3MiB @1', 'del a', "
+                     f"'empty_cache', 'pool P [use_on_oom] [no_split]' or 'in P: a = 3MiB'")
 
 
 def run_ops(ops, total_memory="24GiB", alloc_conf="") -> Outcome:
@@ -79,26 +97,38 @@ def run_ops(ops, total_memory="24GiB", alloc_conf="") -> Outcome:
     # through the flat API, so the quiz follows wherever the device module lives
 
     gpu = SimulatedGPU(total_memory=total_memory, alloc_conf=alloc_conf)
-    names, ooms = {}, 0
+    names, pools, ooms = {}, {}, 0
     for op in ops:
         parsed = parse_op(op)
         if parsed[0] == "alloc":
-            _, name, nbytes, stream = parsed
+            name, nbytes, stream = parsed[1:4]
             old = names.pop(name, None)
             if old is not None:
                 old.free()   # rebinding a name drops the old tensor, as in Python
             try:
-                names[name] = gpu.empty(nbytes, stream=stream)
+                if len(parsed) == 5:
+                    if parsed[4] not in pools:
+                        raise ValueError(f"op {op!r}: no pool {parsed[4]!r} (make it with "
+                                         f"'pool {parsed[4]}')")
+                    with gpu.use_mem_pool(pools[parsed[4]]):
+                        names[name] = gpu.empty(nbytes, stream=stream)
+                else:
+                    names[name] = gpu.empty(nbytes, stream=stream)
             except OutOfMemoryError:
                 ooms += 1
+        elif parsed[0] == "pool":
+            pools[parsed[1]] = gpu.MemPool(use_on_oom=parsed[2], no_split=parsed[3])
         elif parsed[0] == "del":
+            if parsed[1] in pools:
+                del pools[parsed[1]]   # the MemPool's destructor releases and empties it
+                continue
             alloc = names.pop(parsed[1], None)
             if alloc is None:
                 raise ValueError(f"op {op!r}: {parsed[1]!r} is not allocated")
             alloc.free()
         else:
             gpu.empty_cache()
-    return Outcome(gpu, names, ooms)
+    return Outcome(gpu, names, ooms, pools)
 
 
 def inactive_blocks(snapshot):

@@ -8,7 +8,7 @@ JSON from the student's sandbox and calls :func:`judge_json` in its own process.
 :class:`Verdict` with the measured figures that decided it; a malformed answer (a setting c10
 would refuse, a list with a missing name) becomes a failed verdict whose message says what was
 expected, never an exception. The tasks themselves live in ``lesson_tasks.py`` (lessons 01-04)
-and ``lesson_tasks_more.py`` (05-09); every right answer is found by running the simulator at
+``lesson_tasks_more.py`` (05-09) and ``lesson_tasks_11.py`` (11); every right answer is found by running the simulator at
 judge time, not typed in.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ def all_exercises() -> list:
 
 def _load():
     # the task modules register themselves on import
-    from . import lesson_tasks, lesson_tasks_more  # noqa: F401
+    from . import lesson_tasks, lesson_tasks_11, lesson_tasks_more  # noqa: F401
 
 
 def judge(ex_id: str, answer) -> Verdict:

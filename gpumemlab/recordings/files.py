@@ -24,6 +24,8 @@ from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
 
+from .pool_ids import check_pool_id, trace_pool_id
+
 __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot", "dump_snapshot",
            "normalize_snapshot", "TRACE_ACTIONS", "BLOCK_STATES"]
 
@@ -269,8 +271,7 @@ def _segment(w, seg, i):
         w.note("segment 'segment_type' missing: inferred from size")
         small = seg["total_size"] <= _SMALL_BUFFER_BYTES and not seg["is_expandable"]
         seg["segment_type"] = "small" if small else "large"
-    if isinstance(seg["segment_pool_id"], list):   # JSON has no tuples
-        seg["segment_pool_id"] = tuple(seg["segment_pool_id"])
+    seg["segment_pool_id"] = check_pool_id(w, seg["segment_pool_id"], where, "segment_pool_id")
     return seg
 
 
@@ -347,14 +348,14 @@ def _trace(w, entries, device):
                     break    # unknown actions pass through untouched, like _memory_viz does
                 w.fail(f"{where}[{k}] ({action})",
                        f"missing {key!r}" if value is None else f"{key!r} is not an integer")
-        if "stream" not in e or "time_us" not in e:
+        new = trace_pool_id(w, e, f"{where}[{k}] ({action})")
+        if "stream" not in new or "time_us" not in new:
+            new = dict(new, stream=new.get("stream", 0), time_us=new.get("time_us", 0))
+            w.note("trace entries without 'stream'/'time_us': 0 assumed")
+        if new is not e:
             if not copied:
                 out, copied = list(entries), True
-            e = dict(e)
-            e.setdefault("stream", 0)
-            e.setdefault("time_us", 0)
-            out[k] = e
-            w.note("trace entries without 'stream'/'time_us': 0 assumed")
+            out[k] = new
     return out
 
 

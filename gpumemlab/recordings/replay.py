@@ -21,8 +21,9 @@ The method is described in docs/REPLAY.md. The source is a snapshot with history
 Frees are replayed at ``free_completed`` (when the real allocator made the block reusable).
 In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are replayed as
 ``empty_cache()`` and releases inside a malloc are left to the model. Not modelled: events
-the trace cannot show (``record_stream`` timing beyond free_requested/free_completed), CUDA graph
-private pools, and a memory fraction set with ``set_per_process_memory_fraction`` (not recorded).
+the trace cannot show (``record_stream`` timing beyond free_requested/free_completed), and a memory
+fraction set with ``set_per_process_memory_fraction`` (not recorded). Private pools (MemPool, CUDA
+graphs) are kept apart through ``segment_pool_id`` and the trace's ``pool_id`` (replay_pools.py).
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import warnings
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
+from .replay_pools import PoolRouter
 from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
 from .replay_result import ReplayError, ReplayResult, ReplayWarning, Timeline
@@ -114,6 +116,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     translate = (lambda a: a + shift) if shift else (lambda a: a)
     start = scan_start_state(segments, trace, alloc.config)
     notes = list(start.notes)
+    router = PoolRouter(alloc)   # private pools stay apart (segment_pool_id, trace pool_id)
     start_oom, needed = None, start_reserved_bytes(start)
     if faithful and needed > alloc.driver.mem_get_info()[0]:
         # a card smaller than what was reserved when recording began: an OOM before entry 0
@@ -124,13 +127,13 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
                      "message": f"out of memory before the first entry: the recording began "
                                 f"with {needed} bytes reserved, the card has {free} bytes free"}
     elif faithful:
-        live, start_problems = build_start_state(alloc, start, translate)
+        live, start_problems = build_start_state(alloc, start, translate, router)
         if start_problems:     # never a silent wrong answer: the result and a warning say so
             warnings.warn(f"{name}: the recording's start state could not be rebuilt exactly "
                           f"({len(start_problems)} problems, first: {start_problems[0]}); "
                           f"addresses after it may differ", ReplayWarning, stacklevel=2)
     else:
-        live, start_oom = _start_whatif(alloc, start)
+        live, start_oom = _start_whatif(alloc, start, router)
         start_problems = []
     if gpu is None:   # the rebuild is not part of the recording; a learner's gpu is left alone
         alloc.reset_peak_stats()
@@ -142,7 +145,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     if start_oom is not None:      # the card is too small for what was live when recording began
         run = _not_run(start_oom)
     else:
-        run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end)
+        run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end, router)
     elapsed = time.perf_counter() - t0
     if run["unknown_frees"]:
         notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
@@ -165,7 +168,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         notes=notes, elapsed_s=elapsed, address_shift=shift)
 
 
-def _start_whatif(alloc, start):
+def _start_whatif(alloc, start, router):
     """Allocations live at the start, made in address order with the model's own addresses.
 
     Returns (recorded address -> Block, None), or (partial, oom) when the card runs out first:
@@ -177,7 +180,7 @@ def _start_whatif(alloc, start):
     for k, addr in enumerate(order):
         p = start.live[addr]
         try:
-            live[addr] = alloc.malloc(p.requested_size or p.size, 0)
+            live[addr] = router.malloc(getattr(p, "pool_id", None), p.requested_size or p.size, 0)
         except OutOfMemoryError as exc:
             missing = sum(start.live[a].size for a in order[k:])
             return live, {"index": 0, "entry": None, "size": p.size, "message": str(exc),
@@ -196,8 +199,10 @@ _RELEASES = ("segment_free", "segment_unmap")
 _MALLOC_GROWS = ("segment_alloc", "oom", "segment_map")
 
 
-def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n):
-    """The hot loop: one pass over the first ``n`` trace entries, no per-entry copies."""
+def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, router):
+    """The hot loop: one pass over the first ``n`` trace entries, no per-entry copies. An entry
+    with a private ``pool_id`` is malloc'd in that pool (``router``)."""
+    routed = router.malloc
     timeline = Timeline()
     t_alloc, t_res, t_req = timeline.allocated.append, timeline.reserved.append, \
         timeline.requested.append
@@ -222,12 +227,15 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n):
             if faithful:
                 _dictate(alloc, pending_segment, pending_map, translate)
             addr = e["addr"]
+            pool_id = e.get("pool_id")
+            m = malloc if pool_id is None or pool_id == (0, 0) else \
+                (lambda size, stream, _p=pool_id: routed(_p, size, stream))
             try:
                 try:
-                    blk = malloc(e["size"], e["stream"])
+                    blk = m(e["size"], e["stream"])
                 except AddressInUseError:
                     next_addresses.clear()          # the model's own choice took that range
-                    blk = malloc(e["size"], e["stream"])
+                    blk = m(e["size"], e["stream"])
             except OutOfMemoryError as exc:
                 next_addresses.clear()
                 next_reservations.clear()
@@ -303,7 +311,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n):
             if faithful:
                 _dictate(alloc, pending_segment, pending_map, translate)
             try:
-                blk = malloc(e["size"], e["stream"])
+                blk = routed(e.get("pool_id"), e["size"], e["stream"])
                 free(blk)                           # these settings would have coped
                 if faithful:
                     oom_mismatches += 1             # ... but the recording ran out here

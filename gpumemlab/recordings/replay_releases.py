@@ -10,7 +10,7 @@ from gpumemlab.allocator.fit import oversize_allows
 def _release_recorded(alloc, action, addr, size):
     """Make the recorded release ``action`` at (translated) ``addr`` on the model; return the
     released Block, or None when the model has nothing there that this release would free."""
-    pools = (alloc.large_blocks, alloc.small_blocks)
+    pools = alloc.all_block_pools()   # default and private pools: a release names its address
     if action == "segment_free":
         # cudaFree of a whole free segment (release_block): its only block, free, at addr
         for pool in pools:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from gpumemlab.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, round_size
 
+from .replay_pools import PoolRouter
 from .replay_start_expandable import build_expandable, scan_expandable
 
 _SEG_EVENTS = ("segment_alloc", "segment_free")
@@ -40,6 +41,7 @@ class Piece:
     live: bool
     requested_size: int = 0
     frames: list = field(default_factory=list)
+    pool_id: tuple = (0, 0)   # the private pool of its segment (segment_pool_id)
 
 
 @dataclass
@@ -49,6 +51,7 @@ class StartSegment:
     stream: int
     small: bool
     pieces: list
+    pool_id: tuple = (0, 0)   # segment_pool_id: the private pool that owned it
 
 
 @dataclass
@@ -82,7 +85,8 @@ def scan_start_state(segments, trace, config) -> StartState:
             if addr not in first_seg_event:
                 first_seg_event[addr] = action
                 if action == "segment_free":
-                    freed_seg_sizes[addr] = (e["size"], e.get("stream", 0))
+                    freed_seg_sizes[addr] = (e["size"], e.get("stream", 0),
+                                             tuple(e.get("pool_id") or (0, 0)))
     start_segments = []
     pieces_by_seg = {}
     for seg in segments:
@@ -95,12 +99,13 @@ def scan_start_state(segments, trace, config) -> StartState:
                 pieces.append(Piece(b["address"], b["size"], True, b["requested_size"],
                                     b.get("frames") or []))
         start = StartSegment(seg["address"], seg["total_size"], seg["stream"],
-                             seg["segment_type"] == "small", pieces)
+                             seg["segment_type"] == "small", pieces,
+                             tuple(seg.get("segment_pool_id") or (0, 0)))
         start_segments.append(start)
         pieces_by_seg[seg["address"]] = start
-    for addr, (size, stream) in freed_seg_sizes.items():
+    for addr, (size, stream, pool_id) in freed_seg_sizes.items():
         if addr not in pieces_by_seg or pieces_by_seg[addr].total_size != size:
-            start = StartSegment(addr, size, stream, size <= K_SMALL_BUFFER, [])
+            start = StartSegment(addr, size, stream, size <= K_SMALL_BUFFER, [], pool_id)
             start_segments.append(start)
             pieces_by_seg[addr] = start
     start_segments.sort(key=lambda s: s.address)
@@ -120,6 +125,7 @@ def scan_start_state(segments, trace, config) -> StartState:
     result_live = {}
     for seg in start_segments:
         for p in seg.pieces:
+            p.pool_id = seg.pool_id
             if p.live:
                 result_live[p.address] = p
     for r in expandable:
@@ -207,17 +213,20 @@ def start_reserved_bytes(state: StartState) -> int:
             + sum(p.size for r in state.expandable for p in r.pieces if not p.unmapped))
 
 
-def build_start_state(alloc, state: StartState, translate) -> tuple:
+def build_start_state(alloc, state: StartState, translate, router=None) -> tuple:
     """Carve ``state`` into the empty allocator ``alloc``; return (recorded addr -> Block, problems).
 
     Every segment is made by one dictated cudaMalloc, then split piece by piece in address order
     while no other free block exists (so best fit has one choice); pieces that were free at the
-    start are freed last. ``translate`` maps a recorded address to the simulated address space.
+    start are freed last. ``translate`` maps a recorded address to the simulated address space;
+    ``router`` (replay_pools.PoolRouter) puts a private pool's segment back into that pool.
+    Pre-existing expandable segments are rebuilt in the default pools.
     """
+    router = router if router is not None else PoolRouter(alloc)
     problems = []
     held = []                     # (Piece, Block) in build order
     for seg in state.segments:
-        block = _make_segment(alloc, seg, translate(seg.address))
+        block = _make_segment(alloc, seg, translate(seg.address), router)
         if block is None:
             problems.append(f"segment {seg.address:#x} ({seg.total_size} bytes) could not be rebuilt")
             continue
@@ -227,7 +236,8 @@ def build_start_state(alloc, state: StartState, translate) -> tuple:
             for request, expect_addr, expect_size in _requests(p, seg, k == len(pieces) - 1,
                                                                alloc.config):
                 try:
-                    blk = alloc.malloc(request, seg.stream, (p.frames or None) if p.live else None)
+                    blk = router.malloc(seg.pool_id, request, seg.stream,
+                                        (p.frames or None) if p.live else None)
                 except Exception as exc:  # the model refused: report, keep going
                     problems.append(f"block {p.address:#x}: {exc}")
                     continue
@@ -266,7 +276,7 @@ def _requests(p, seg, last, config):
     return out
 
 
-def _make_segment(alloc, seg, address):
+def _make_segment(alloc, seg, address, router):
     """One malloc whose cudaMalloc is exactly this segment (address dictated)."""
     if seg.small:
         candidates = [K_SMALL_SIZE]                     # any small request gets a 2 MiB segment
@@ -279,7 +289,7 @@ def _make_segment(alloc, seg, address):
         before = set(driver.segments)
         driver.next_addresses[:] = [address]
         try:
-            block = alloc.malloc(request, seg.stream)
+            block = router.malloc(seg.pool_id, request, seg.stream)
         except Exception:
             driver.next_addresses.clear()
             return None

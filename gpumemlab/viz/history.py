@@ -86,11 +86,13 @@ class History:
                 if seg is not None:
                     state.remove_seg(seg)
             elif action == "segment_free":
-                state.add_seg(Seg(addr, size, self._pool_hint(i), e.get("stream", 0)))
+                state.add_seg(Seg(addr, size, self._pool_hint(i), e.get("stream", 0), False,
+                                  e.get("pool_id") or (0, 0)))
             elif action == "segment_map":
                 state.unmap_range(addr, size)
             elif action == "segment_unmap":
-                state.map_range(addr, size, self._pool_hint(i), e.get("stream", 0))
+                state.map_range(addr, size, self._pool_hint(i), e.get("stream", 0),
+                                e.get("pool_id") or (0, 0))
         # blocks live before the trace and freed in it: their size must be inferred
         for seg in state.segs.values():
             for a in seg.starts:
@@ -142,13 +144,15 @@ class History:
             if seg is not None and addr in seg.blocks:
                 state.remove_block(seg, addr)
         elif action == "segment_alloc":
-            state.add_seg(Seg(addr, size, self._pool_hint(i), e.get("stream", 0)))
+            state.add_seg(Seg(addr, size, self._pool_hint(i), e.get("stream", 0), False,
+                              e.get("pool_id") or (0, 0)))
         elif action == "segment_free":
             seg = state.segs.get(addr)
             if seg is not None:
                 state.remove_seg(seg)
         elif action == "segment_map":
-            state.map_range(addr, size, self._pool_hint(i), e.get("stream", 0))
+            state.map_range(addr, size, self._pool_hint(i), e.get("stream", 0),
+                            e.get("pool_id") or (0, 0))
         elif action == "segment_unmap":
             state.unmap_range(addr, size)
 

@@ -17,11 +17,12 @@ ALLOCATED, PENDING, INACTIVE = "active_allocated", "active_pending_free", "inact
 class Seg:
     """One segment: an address range from cudaMalloc, or one mapped run of an expandable segment."""
 
-    __slots__ = ("address", "size", "pool", "stream", "expandable", "starts", "blocks")
+    __slots__ = ("address", "size", "pool", "stream", "expandable", "starts", "blocks", "pool_id")
 
-    def __init__(self, address, size, pool="large", stream=0, expandable=False):
+    def __init__(self, address, size, pool="large", stream=0, expandable=False, pool_id=(0, 0)):
         self.address, self.size, self.pool = address, size, pool
         self.stream, self.expandable = stream, expandable
+        self.pool_id = tuple(pool_id)  # segment_pool_id: the private pool it belongs to
         self.starts = []  # sorted addresses of live blocks
         self.blocks = {}  # address -> [size (None if not yet known), requested_size, state]
 
@@ -30,7 +31,7 @@ class Seg:
         return self.address + self.size
 
     def copy(self) -> "Seg":
-        new = Seg(self.address, self.size, self.pool, self.stream, self.expandable)
+        new = Seg(self.address, self.size, self.pool, self.stream, self.expandable, self.pool_id)
         new.starts = list(self.starts)
         new.blocks = {a: list(b) for a, b in self.blocks.items()}
         return new
@@ -112,7 +113,8 @@ class AllocatorState:
         self.addrs.pop(bisect_left(self.addrs, seg.address))
         self.reserved_bytes -= seg.size
 
-    def map_range(self, address: int, size: int, pool: str, stream: int) -> Seg:
+    def map_range(self, address: int, size: int, pool: str, stream: int,
+                  pool_id=(0, 0)) -> Seg:
         """Expandable segments: pages mapped at ``address`` join the run they touch."""
         before = self.find(address - 1) if address else None
         if before is not None and before.end == address and before.expandable:
@@ -120,7 +122,7 @@ class AllocatorState:
             self.reserved_bytes += size
             seg = before
         else:
-            seg = self.add_seg(Seg(address, size, pool, stream, expandable=True))
+            seg = self.add_seg(Seg(address, size, pool, stream, True, pool_id))
         after = self.segs.get(seg.end)
         if after is not None and after.expandable:
             # two runs now touch: one SegmentInfo per contiguous mapped run
@@ -143,7 +145,7 @@ class AllocatorState:
             self.remove_block(seg, a)
         self.reserved_bytes -= end - address
         if tail_size:
-            tail = Seg(end, tail_size, seg.pool, seg.stream, True)
+            tail = Seg(end, tail_size, seg.pool, seg.stream, True, seg.pool_id)
             for a in [a for a in seg.starts if a >= end]:
                 tail.starts.append(a)
                 tail.blocks[a] = seg.blocks.pop(a)
@@ -201,7 +203,7 @@ class AllocatorState:
                 "active_size": sum(b["size"] for b in blocks if b["state"] != INACTIVE),
                 "requested_size": sum(b["requested_size"] for b in blocks
                                       if b["state"] != INACTIVE),
-                "stream": seg.stream, "segment_type": seg.pool, "segment_pool_id": (0, 0),
+                "stream": seg.stream, "segment_type": seg.pool, "segment_pool_id": seg.pool_id,
                 "is_expandable": seg.expandable, "frames": [], "blocks": blocks})
         return out
 
@@ -211,7 +213,8 @@ class AllocatorState:
         state = cls()
         for s in sorted(segments, key=lambda s: s["address"]):
             seg = state.add_seg(Seg(s["address"], s["total_size"], s.get("segment_type", "large"),
-                                    s.get("stream", 0), bool(s.get("is_expandable", False))))
+                                    s.get("stream", 0), bool(s.get("is_expandable", False)),
+                                    s.get("segment_pool_id") or (0, 0)))
             offset = s["address"]
             for b in s["blocks"]:
                 addr = b.get("address", offset)

@@ -102,8 +102,9 @@ for name, dev in (("gpu", gpu), ("sim", sim)):
 #   tell you how slow a `cudaMalloc` is;
 # * no CUDA context (a real process loses a few hundred MiB to it before the first tensor), no
 #   other processes on the card, no driver-side fragmentation of physical memory;
-# * no CUDA graphs' private memory pools, cuBLAS/cuDNN workspaces or NCCL buffers (a real run
-#   has them; they show up in real snapshots, and a replay treats them as ordinary allocations).
+# * nothing allocates behind your back: no cuBLAS/cuDNN workspaces, NCCL buffers or CUDA-graph
+#   RNG state (a real run has them; they show up in real snapshots as ordinary allocations).
+#   Private pools and CUDA-graph captures are modelled when you make them (lesson 11).
 #
 # Where it differs from the real allocator, that is a bug or a documented "not modelled" item.
 #

@@ -1,0 +1,354 @@
+# %% [markdown]
+# # 11 · Allocation order, pools and graphs
+#
+# The simple picture of GPU memory is a counter: allocate and it goes down, free and it goes
+# back up. The caching allocator keeps a richer state (segments, split blocks, pools), and with
+# it the same tensors can cost different amounts of memory depending on **when** and **where**
+# they were allocated. The PyTorch devlog *"When does fragmentation occur in the CUDA caching
+# allocator?"* (Edward Yang, pytorch/devlogs, June 2026) walks through small laboratory cases of
+# this; this lesson runs those situations on the simulated allocator and measures each one:
+#
+# 1. the same tensors allocated in two orders reserve different memory;
+# 2. the 1 MiB line between the small and the large pool is a wall;
+# 3. expandable segments map pages step by step, and a live block still pins its page;
+# 4. a private pool (`torch.cuda.MemPool`) keeps its memory out of the global cache;
+# 5. CUDA graphs capture into private pools; two graphs can share one, and `reset()` gives it back
+#    only when the last of them lets go.
+#
+# The devlog's motivation is LLM serving: every byte not held by weights or CUDA-graph buffers
+# can become KV cache, and a serving engine captures one graph per batch size into **one shared
+# pool**, so the order of the captures decides how much that pool reserves.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+GiB, MiB = gml.GiB, gml.MiB
+fmt = gml.format_size
+
+# %% [markdown]
+# ## 1 · The same tensors, two orders
+#
+# Three tensors stay alive together: one of 12 MiB and two of 4 MiB. Recall the segment rules
+# (lesson 01): a request between 1 and 10 MiB gets a 20 MiB segment that it splits, and a request
+# of 10 MiB or more gets a segment of its own size (rounded to 2 MiB). Before running it: which
+# order reserves less, the big tensor first or last?
+
+# %% tags=["predict"]
+gml.predict("11.p1", "Allocating 12 MiB, 4 MiB, 4 MiB (big first): how much is reserved?")
+
+
+# %%
+def reserved_for(order_mib, conf=""):
+    """Allocate tensors of these sizes (MiB) in this order, all kept alive; return the card."""
+    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    card.held = [card.empty(n * MiB) for n in order_mib]
+    return card
+
+orders = ([12, 4, 4], [4, 12, 4], [4, 4, 12])
+cards = {tuple(o): reserved_for(o) for o in orders}
+for o, card in cards.items():
+    segs = card.memory_snapshot()
+    print(f"order {str(list(o)):12} MiB: reserved {fmt(card.memory_reserved()):>9} in {len(segs)} "
+          f"segments ({', '.join(fmt(s['total_size']) for s in segs)})")
+
+# %%
+gml.reveal("11.p1", cards[(12, 4, 4)].memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert cards[(4, 4, 12)].memory_reserved() < cards[(12, 4, 4)].memory_reserved()
+assert len(cards[(4, 4, 12)].memory_snapshot()) == 1
+
+# %% [markdown]
+# Big first: the 12 MiB tensor gets its own 12 MiB segment, and the two small ones open a 20 MiB
+# segment between them. Small first: the two 4 MiB tensors split a 20 MiB segment and leave a
+# 12 MiB tail that the big tensor fills exactly. Same live bytes, different reserved memory.
+# Nothing is wrong here and nothing is freed: this is not fragmentation of free memory, it is the
+# cost of the segment each request happened to find. The block maps side by side:
+
+# %%
+fig = gml.show(cards[(12, 4, 4)], title="12, 4, 4 MiB: two segments")
+fig
+
+# %%
+fig = gml.show(cards[(4, 4, 12)], title="4, 4, 12 MiB: one segment, filled exactly")
+fig
+
+# %% [markdown]
+# ## 2 · The 1 MiB wall between the pools
+#
+# Requests of at most 1 MiB go to the **small pool** (2 MiB segments); anything bigger goes to the
+# **large pool**. Free memory of one pool never serves the other, and `get_free_block` never even
+# looks there. Below, eight 1 MiB tensors come and go, then one tensor of 1 MiB + 1 byte arrives.
+
+# %% tags=["predict"]
+gml.predict("11.p2", "After the eight 1 MiB tensors are freed, a 1 MiB + 1 B tensor arrives. "
+                     "How much is reserved then?")
+
+# %%
+wall = {}
+for conf in ("", "expandable_segments:True"):
+    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    small = [card.empty(MiB) for _ in range(8)]
+    cached_small = card.memory_reserved()
+    del small
+    big = card.empty(MiB + 1)
+    wall[conf] = (card, cached_small, big)
+    print(f"{conf or 'defaults':25}: eight 1 MiB tensors reserved {fmt(cached_small)}; after they "
+          f"die and 1 MiB + 1 B arrives: reserved {fmt(card.memory_reserved())}")
+
+# %%
+gml.reveal("11.p2", wall[""][0].memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+for conf, (card, cached_small, big) in wall.items():
+    assert card.memory_reserved() > cached_small      # the cached small memory did not help
+    assert {s["segment_type"] for s in card.memory_snapshot()} == {"small", "large"}
+
+# %% [markdown]
+# Expandable segments do not remove the wall: each pool (and each stream) has its own expandable
+# segment, 2 MiB pages for the small pool and 20 MiB pages for the large one. Only
+# `empty_cache()` would return the small pool's memory to the driver.
+#
+# ## 3 · Expandable segments, page by page
+#
+# With `expandable_segments:True` a miss maps more pages at the end of the segment instead of
+# calling `cudaMalloc`. Watch the mapped size after each 8 MiB tensor of the large pool.
+
+# %%
+es = gml.SimulatedGPU("8GiB", alloc_conf="expandable_segments:True")
+es.record_memory_history("all")
+steps = []
+live = []
+for i in range(6):
+    live.append(es.empty(8 * MiB))
+    steps.append(es.memory_reserved())
+maps = [e for e in es.snapshot()["device_traces"][0] if e["action"] == "segment_map"]
+for i, r in enumerate(steps):
+    print(f"after tensor {i + 1} ({8 * (i + 1)} MiB live): reserved {fmt(r):>8} "
+          f"= {r // (20 * MiB)} pages of 20 MiB")
+print("segment_map calls:", [fmt(e["size"]) for e in maps])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert all(r % (20 * MiB) == 0 for r in steps)
+assert len(es.memory_snapshot()) == 1   # one segment that grew
+
+# %% [markdown]
+# Now free every tensor except the third and call `empty_cache()`. Free **pages** go back to
+# the driver, but a page that still holds part of a live block stays mapped: the live block
+# *pins* it (the devlog's point that expandable segments fix free holes, not live neighbours).
+
+# %% tags=["predict"]
+gml.predict("11.p3", "With only the third 8 MiB tensor alive, how much stays reserved after "
+                     "empty_cache()?")
+
+# %%
+keep = live[2]
+live.clear()
+es.empty_cache()
+page = 20 * MiB
+offset = keep.address - es.memory_snapshot()[0]["address"]
+first, last = offset // page, (offset + keep.size - 1) // page
+print(f"live {fmt(es.memory_allocated())}, reserved after empty_cache {fmt(es.memory_reserved())}")
+print(f"the live block lies at {fmt(offset)} .. {fmt(offset + keep.size)} of the segment: "
+      f"it touches pages {first} to {last} ({last - first + 1} pages of {fmt(page)})")
+
+# %%
+gml.reveal("11.p3", es.memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert es.memory_reserved() > es.memory_allocated()
+assert es.memory_reserved() == (last - first + 1) * page
+
+# %% [markdown]
+# The surviving tensor was the third: it sits across the boundary between the first and the
+# second 20 MiB page, so both pages stay mapped, 32 MiB of them free, while the pages after it
+# went back. Live blocks, not free ones, decide what an expandable segment can return.
+
+# %%
+fig = gml.show(es, title="expandable segment: one live 8 MiB block pins the pages it touches")
+fig
+
+# %% [markdown]
+# ## 4 · A private pool keeps its memory apart
+#
+# `torch.cuda.MemPool()` makes a **private pool**: a small and a large free list of its own,
+# with id `(0, n)`. Inside `with torch.cuda.use_mem_pool(pool):` the current thread's allocations
+# go there. The pool's cached blocks never serve requests outside it, and `empty_cache()` leaves
+# them alone while the pool lives. (This is how NCCL-registered memory and vLLM's "sleep mode"
+# keep their memory separate.) Here the simulated card's API is the same.
+
+# %%
+card = gml.SimulatedGPU("8GiB", alloc_conf="")
+pool = card.MemPool()
+with card.use_mem_pool(pool):
+    x = card.empty(40 * MiB)
+del x
+y = card.empty(40 * MiB)          # outside the pool: the pool's free 40 MiB does not count
+card.empty_cache()
+for seg in card.memory_snapshot():
+    print(f"segment {fmt(seg['total_size']):>9}  pool {seg['segment_pool_id']}  "
+          f"allocated {fmt(seg['allocated_size'])}")
+print(f"reserved {fmt(card.memory_reserved())}, allocated {fmt(card.memory_allocated())}; "
+      f"pool {pool.id} has use_count {pool.use_count()}")
+stats = card.memory_stats()
+print("reserved_bytes_by_private_pools:", fmt(stats[f"reserved_bytes_by_private_pools.0_{pool.id[1]}.all.current"]))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert card.memory_reserved() == 2 * 40 * MiB and card.memory_allocated() == 40 * MiB
+
+# %% [markdown]
+# When the last reference to the pool goes, its destructor releases the pool and empties *its*
+# cache: the free 40 MiB segment goes back to the driver at once.
+
+# %%
+del pool
+print(f"after del pool: reserved {fmt(card.memory_reserved())}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert card.memory_reserved() == 40 * MiB
+
+
+# %% [markdown]
+# On a full card the separation can cause an out-of-memory error with memory sitting free in a
+# pool. `MemPool(use_on_oom=True)` lets the default pool borrow a pool's **cached** blocks as a
+# last resort before the cache is emptied (c10 `try_mempool_fallback`; it never allocates new
+# memory for the pool). The OOM message counts what private pools hold.
+
+# %%
+def fill_then_ask(use_on_oom):
+    card = gml.SimulatedGPU("64MiB", alloc_conf="")
+    pool = card.MemPool(use_on_oom=use_on_oom)
+    with card.use_mem_pool(pool):
+        x = card.empty(40 * MiB)
+    del x
+    try:
+        card.empty(30 * MiB)
+        return "fits (borrowed from the pool)", pool, card
+    except gml.OutOfMemoryError as exc:
+        return str(exc).split(" If reserved")[0], pool, card
+
+for flag in (False, True):
+    outcome, pool_, card_ = fill_then_ask(flag)
+    print(f"use_on_oom={flag}: {outcome}")
+
+# %% [markdown]
+# ## 5 · CUDA graphs and their pools
+#
+# A CUDA graph bakes the addresses its kernels used into the graph, so that memory must stay
+# reserved for as long as the graph can be replayed. PyTorch therefore sends every allocation made
+# on the capture stream during `torch.cuda.graph(g)` into a private pool: the graph's own
+# `(n, 0)` pool, or one passed with `pool=`. Frees during the capture go back to that pool and
+# are reused inside it; `g.replay()` makes no allocator call at all; `g.reset()` (or deleting
+# the graph) drops the graph's reference to the pool, and only when nobody holds the pool does
+# `empty_cache()` give its free segments back.
+#
+# A "captured step" here is a forward pass of a batch: a few temporaries that die and one output
+# that lives. A serving engine captures one graph per batch size and shares one pool, which works
+# because graphs are replayed one at a time.
+
+# %%
+from gpumemlab.quizkit.lesson_tasks_11 import capture_graphs, captured_step
+help(captured_step)
+
+# %%
+for share in (False, True):
+    card_g, graphs, outs = capture_graphs([8, 4, 2, 1], share=share)
+    pools = {g.pool() for g in graphs}
+    print(f"share={share!s:5}: {len(pools)} pool(s), reserved {fmt(card_g.memory_reserved())} "
+          f"for {fmt(card_g.memory_allocated())} of live outputs")
+
+# %% [markdown]
+# Sharing one pool lets each later (smaller) capture reuse what the earlier ones freed. The
+# order still matters, the allocation-order story of part 1 inside a pool: capture the largest
+# batch first and the smaller captures fit in its free blocks; capture the smallest first and
+# every larger capture needs new segments.
+
+# %% tags=["predict"]
+gml.predict("11.p4", "Shared pool, batches captured smallest first (1, 2, 4, 8): how much is "
+                     "reserved?")
+
+# %%
+by_order = {}
+for order in ([8, 4, 2, 1], [1, 2, 4, 8]):
+    card_o, graphs_o, outs_o = capture_graphs(order, share=True)
+    by_order[tuple(order)] = (card_o, graphs_o, outs_o)
+    print(f"capture order {order}: shared pool reserves {fmt(card_o.memory_reserved())}")
+
+# %%
+gml.reveal("11.p4", by_order[(1, 2, 4, 8)][0].memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert by_order[(8, 4, 2, 1)][0].memory_reserved() < by_order[(1, 2, 4, 8)][0].memory_reserved()
+
+# %% [markdown]
+# The two captures over time: each step is one allocator event. Smallest first, every capture
+# finds only blocks that are too small and reserved memory climbs at each one; largest first,
+# the first capture reserves what all need and the others fit into it.
+
+# %%
+fig = gml.timeline([by_order[(1, 2, 4, 8)][0], by_order[(8, 4, 2, 1)][0]],
+                   labels=["captured 1, 2, 4, 8", "captured 8, 4, 2, 1"])
+fig
+
+# %% [markdown]
+# ### What `reset()` gives back
+#
+# Take the shared pool captured largest first. Reset one graph: the pool still has users, so
+# `empty_cache()` returns nothing. Reset all of them: the pool becomes freeable, and
+# `empty_cache()` returns every free segment of it, but not the segments that still hold the
+# graphs' outputs, which the program still references.
+
+# %%
+card_r, graphs_r, outs_r = by_order[(8, 4, 2, 1)]
+pid = graphs_r[0].pool()
+history = [("captured", card_r.memory_reserved())]
+graphs_r[0].reset()
+card_r.empty_cache()
+history.append(("reset one graph + empty_cache", card_r.memory_reserved()))
+for g in graphs_r[1:]:
+    g.reset()
+card_r.empty_cache()
+history.append(("reset all + empty_cache", card_r.memory_reserved()))
+outs_r.clear()
+card_r.empty_cache()
+history.append(("outputs dropped + empty_cache", card_r.memory_reserved()))
+for what, r in history:
+    print(f"{what:32} reserved {fmt(r)}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert history[1][1] == history[0][1]
+assert history[2][1] < history[1][1] and history[3][1] == 0
+
+# %% [markdown]
+# ## Exercise
+#
+# Four graphs for batch sizes 8, 4, 2 and 1 share one pool. Find a capture order that reserves
+# as little as any order can. The simulator tries your order and compares it with every order.
+
+# %% tags=["exercise"]
+gml.exercise("11.ex")
+my_order = [1, 2, 4, 8]    # change me
+gml.exercise.check("11.ex", my_order)
+
+# %% [markdown]
+# ## What to take away
+#
+# * Reserved memory depends on the order of requests, not only on their sizes: a segment is sized
+#   by the request that opened it.
+# * The small and large pools, streams, and private pools are separate worlds; free memory in one
+#   never serves another (except a `use_on_oom` pool lending its cache).
+# * Expandable segments return free pages, but a live block pins the pages under it.
+# * A CUDA graph's pool stays reserved while any graph sharing it lives; capture the largest batch
+#   first so that the others fit inside what it freed.
+
+# %%
+gml.quiz("11")
