@@ -36,6 +36,7 @@ _LAZY = {
     "show": ("gpumemlab.viz", "show"),
     "timeline": ("gpumemlab.viz", "timeline"),
     "player": ("gpumemlab.viz", "player"),
+    "page_map": ("gpumemlab.viz", "page_map"),
     "text_blockmap": ("gpumemlab.viz", "text_blockmap"),
     "text_trace": ("gpumemlab.viz", "text_trace"),
     "fragmentation": ("gpumemlab.viz.metrics", "fragmentation"),

@@ -31,6 +31,20 @@ def _largest_now():
 RIGHT["03.ex"] = _largest_now()
 
 
+def _largest_06():
+    # bisect on the simulator: the largest request that fits (to 512 B)
+    from gpumemlab.quizkit.lesson_tasks_more import fragmented_06
+    lo, hi = 0, 8 << 30
+    while hi - lo > 512:
+        mid = (lo + hi) // 1024 * 512
+        lo, hi = (mid, hi) if fragmented_06("expandable_segments:True", request=mid)[2] \
+            else (lo, mid)
+    return lo
+
+
+RIGHT["06.ex"] = _largest_06()
+
+
 @pytest.fixture
 def ex(tmp_path):
     return Exercises(tmp_path / "progress.json")

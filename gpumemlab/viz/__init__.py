@@ -13,6 +13,7 @@ _LAZY = {
     "show": (".blockmap", "show"),
     "timeline": (".memory_timeline", "timeline"),
     "player": (".live_player", "player"),
+    "page_map": (".pages", "page_map"),
     "Player": (".live_player", "Player"),
     "text_blockmap": (".text", "text_blockmap"),
     "text_trace": (".text", "text_trace"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 from gpumemlab.units import format_size
 from gpumemlab.viz.history import History
 
+from .reservations import Reservations
 from .metrics import segment_figures
 from .blockmap_groups import group_segments
 from .source import device_segments, read_source
@@ -118,11 +119,18 @@ def _segment_row(index: int, seg: dict, page: int) -> str:
             + flags)
 
 
+def _offset(n: int) -> str:
+    return "0" if n == 0 else format_size(n)
+
+
 def text_trace(source, *, device=None, limit=None, snapshots: bool = False) -> str:
     """A recorded trace as pseudo-Python, one line per event (``limit`` caps the lines).
 
     ``seg_2 = cudaMalloc(20.00 MiB)`` is a new segment; ``b = seg_2[1.00 MiB:3.00 MiB]`` a block
-    of 3 MiB at offset 1 MiB into seg_2 (``[0:...]``: at its start); ``del b`` its free. The
+    of 3 MiB at offset 1 MiB into seg_2 (``[0:...]``: at its start); ``del b`` its free. An
+    expandable segment is one name for its whole virtual range (``reserve_virtual_range()``), its
+    offsets count from the range's start, and ``seg_0.map(40.00 MiB:20.00 MiB)`` /
+    ``seg_0.unmap(...)`` map and unmap pages at an offset of it. The
     ``snapshot`` entries a recording gets each time a snapshot is taken (PyTorch records them
     too) say nothing about memory and are left out unless ``snapshots`` is true.
     """
@@ -133,14 +141,37 @@ def text_trace(source, *, device=None, limit=None, snapshots: bool = False) -> s
     seg_names = {a: f"seg_{n}" for n, a in enumerate(state.addrs)}  # by segment start
     block_names, counter = {}, [0]
     events, lines = history.events, []
+    # one expandable segment = one name, however many mapped runs it is cut into
+    reservations = Reservations(history.source.total_memory)
+    for address in list(state.addrs):
+        seg = state.segs[address]
+        if seg.expandable:
+            held = reservations.find(address, seg.stream, seg.pool)
+            if held is None:
+                reservations.add(address, seg.stream, seg.pool, seg_names[address])
+            else:
+                seg_names[address] = held[1]
 
     def seg_name(address):
         seg = state.find(address)
         if seg is None:
             return f"<{address:#x}>"
+        if seg.expandable:
+            held = reservations.find(address, seg.stream, seg.pool)
+            if held is not None:
+                return held[1]
         if seg.address not in seg_names:
-            seg_names[seg.address] = f"seg_{len(seg_names)}"
+            seg_names[seg.address] = f"seg_{len(set(seg_names.values()))}"
         return seg_names[seg.address]
+
+    def base_of(address):
+        """Where offsets count from: the segment's start, or its expandable reservation's."""
+        seg = state.find(address)
+        if seg is not None and seg.expandable:
+            held = reservations.find(address, seg.stream, seg.pool)
+            if held is not None:
+                return held[0]
+        return seg.address if seg is not None else None
 
     def new_name():
         n, name = counter[0], ""
@@ -161,22 +192,28 @@ def text_trace(source, *, device=None, limit=None, snapshots: bool = False) -> s
         if skip:
             skip = False
         elif action == "segment_alloc":
-            seg_names[addr] = f"seg_{len(seg_names)}"
+            seg_names[addr] = f"seg_{len(set(seg_names.values()))}"
             line = f"{seg_names[addr]} = cudaMalloc({format_size(size)})"
         elif action == "segment_free":
             line = f"cudaFree({seg_name(addr)})  # {format_size(size)}"
         elif action == "segment_map":
-            before = state.find(addr - 1)
-            name = seg_name(before.address) if before is not None and before.end == addr \
-                else seg_names.setdefault(addr, f"seg_{len(seg_names)}")
-            line = f"{name}.map(+{format_size(size)})"
+            stream, pool = e.get("stream", 0), history._pool_hint(i)
+            held = reservations.find(addr, stream, pool)
+            if held is None:
+                name = f"seg_{len(set(seg_names.values()))}"
+                seg_names[addr] = name
+                held = reservations.add(addr, stream, pool, name)
+                lines.append(f"{name} = reserve_virtual_range()  # expandable segment: "
+                             f"pages are mapped into it as needed")
+            line = f"{held[1]}.map({_offset(addr - held[0])}:{format_size(size)})"
         elif action == "segment_unmap":
-            line = f"{seg_name(addr)}.unmap({format_size(size)})"
+            base = base_of(addr)
+            line = f"{seg_name(addr)}.unmap({_offset(addr - base) if base is not None else '?'}:" \
+                   f"{format_size(size)})"
         elif action == "alloc":
-            seg = state.find(addr)
+            base = base_of(addr)
             block_names[addr] = name = new_name()
-            offset = format_size(addr - seg.address) if seg is not None else "?"
-            offset = "0" if seg is not None and addr == seg.address else offset
+            offset = _offset(addr - base) if base is not None else "?"
             line = f"{name} = {seg_name(addr)}[{offset}:{format_size(size)}]"
         elif action == "free_requested":
             name = block_names.get(addr)

@@ -9,7 +9,8 @@ and memory timeline in place, in one image.
 Each control is a list of options (a ``Dropdown`` for text, a ``SelectionSlider`` for numbers);
 every change calls the workload with the chosen values, as keyword arguments. The workload returns
 anything the block map and the timeline read (a device with history, a snapshot, a replay
-result). The figure is a matplotlib ``Figure`` drawn with Agg into an ``ipywidgets.Image`` with a
+result), or a tuple whose first item is that (the rest, such as the live tensors, stays alive
+with it, so the trace does not end in their frees). The figure is a matplotlib ``Figure`` drawn with Agg into an ``ipywidgets.Image`` with a
 text line under it: no ``Output`` widget, nothing leaks into cell output headless. Results and
 frames are kept per combination of values, so going back to a setting shows it at once.
 ``update(**values)`` does what a control change does (tests, benchmarks); ``last_ms`` is the time
@@ -23,14 +24,18 @@ import os
 import time
 
 
-def whatif(workload, *, title=None, dpi: int = 72, **controls) -> "WhatIf":
+def whatif(workload, *, title=None, at: str = "peak", dpi: int = 72, **controls) -> "WhatIf":
     """Controls over ``workload`` (a callable taking the control names as keyword arguments, or a
-    recording to replay with ``alloc_conf`` / ``total_memory``)."""
-    return WhatIf(workload, title=title, dpi=dpi, **controls)
+    recording to replay with ``alloc_conf`` / ``total_memory``). ``at`` is the moment the block
+    map shows: "peak" (most memory allocated) or "end" (the last event)."""
+    return WhatIf(workload, title=title, at=at, dpi=dpi, **controls)
 
 
 class WhatIf:
-    def __init__(self, workload, *, title=None, dpi=72, **controls):
+    def __init__(self, workload, *, title=None, at="peak", dpi=72, **controls):
+        if at not in ("peak", "end"):
+            raise ValueError(f"at must be 'peak' or 'end', got {at!r}")
+        self.at = at
         if not controls:
             raise ValueError("give at least one control, e.g. alloc_conf=['', "
                              "'expandable_segments:True']")
@@ -65,6 +70,8 @@ class WhatIf:
         try:
             if key not in self._frames:   # a combination seen before is not drawn again
                 source = self.result(**self.values)
+                if isinstance(source, tuple):   # (source, what keeps its tensors alive, ...)
+                    source = source[0]
                 self._frames[key] = (self._draw(source), _summary(source))
             self.png, self.line = self._frames[key]
         except Exception as exc:  # a workload that breaks under one setting: say so, stay live
@@ -95,11 +102,15 @@ class WhatIf:
         # the block map at the moment most memory is in use: the end of a run has often freed all
         history = History(source)
         data = timeline_data(history, label=self._choice())
-        peak = max(range(len(data["event"])), key=data["allocated_bytes"].__getitem__) \
-            if data["event"] else -1
+        if self.at == "end":
+            peak, when = len(data["event"]) - 1, "the last event"
+        else:
+            peak = max(range(len(data["event"])), key=data["allocated_bytes"].__getitem__) \
+                if data["event"] else -1
+            when = "peak allocated"
         history.goto(peak)
         name = (self.title + ": " if self.title else "") + self._choice()
-        show(history.snapshot(), ax=self._top, title=f"{name}, at event {peak} (peak allocated)")
+        show(history.snapshot(), ax=self._top, title=f"{name}, at event {peak} ({when})")
         draw_timeline(self._bottom, [data], cursor=peak if peak >= 0 else None)
         for ax in (self._top, self._bottom):
             if ax.get_legend() is not None:
@@ -178,6 +189,10 @@ class WhatIf:
 def _show(value) -> str:
     if isinstance(value, str):
         return value or "defaults"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= (1 << 20) \
+            and value % 1024 == 0:   # a byte count, not a batch size
+        from gpumemlab.units import format_size
+        return format_size(value)
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 

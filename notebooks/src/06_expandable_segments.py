@@ -39,7 +39,12 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # ## Pages instead of segments
 #
 # The same three requests as in notebook 01 (1 B, 1 MiB + 1 B, 100 MiB + 1 B), with and without
-# expandable segments. Count the segments and the reserved bytes.
+# expandable segments. Count the segments and the reserved bytes. With the defaults they take
+# three segments (2 MiB, 20 MiB and 102 MiB).
+
+# %% tags=["predict"]
+gml.predict("06.p1", "With expandable_segments:True, how many segments hold the three tensors?",
+            kind="number", unit="segments")
 
 # %%
 GiB, MiB = gml.GiB, gml.MiB
@@ -52,6 +57,9 @@ for conf in ("", "expandable_segments:True"):
               f"{s['segment_type']} {gml.format_size(s['total_size'])}{' (expandable)' if s['is_expandable'] else ''}"
               for s in segs))
 es = card
+gml.reveal("06.p1", len(es.memory_snapshot()))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert all(s["is_expandable"] for s in es.memory_snapshot())
 assert len([s for s in es.memory_snapshot() if s["segment_type"] == "large"]) == 1
 assert es.memory_reserved() % (2 * MiB) == 0
@@ -72,18 +80,24 @@ for n in (MiB + 1, 20 * MiB, 21 * MiB, 100 * MiB, 101 * MiB):
     del t
 for n, grew in rows:
     print(f"request {gml.format_size(n):>11}: mapped {gml.format_size(grew):>11} = {grew // (20 * MiB)} x 20 MiB pages")
-assert all(grew % (20 * MiB) == 0 and grew >= n for n, grew in rows)
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert all(grew % (20 * MiB) == 0 and grew >= n for n, grew in rows)
 
 # %% [markdown]
 # ## The workload of notebook 02, again
 #
 # Same 8 GiB card, same steps: a 7 GiB tensor dies, seven 1 GiB tensors, every other one freed,
-# then a 2 GiB request. Only the setting differs.
+# then a 2 GiB request. Only the setting differs. With the defaults it ran out of memory.
+
+# %% tags=["predict"]
+gml.predict("06.p2", "With expandable_segments:True, does the 2 GiB request succeed?",
+            choices=["yes", "no: out of memory"])
+
 
 # %%
-def notebook_02_workload(conf):
-    card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+def notebook_02_workload(conf, total_memory="8GiB", request=2 * GiB):
+    card = gml.SimulatedGPU(total_memory, alloc_conf=conf)
     warm = card.empty(7 * GiB)
     del warm
     blocks = [card.empty(GiB) for _ in range(7)]
@@ -91,7 +105,7 @@ def notebook_02_workload(conf):
         blocks[i] = None
     keep = [b for b in blocks if b is not None]
     try:
-        keep.append(card.empty(2 * GiB))
+        keep.append(card.empty(request))
         outcome = "ok"
     except gml.OutOfMemoryError:
         outcome = "OOM"
@@ -105,6 +119,10 @@ for conf in ("", "expandable_segments:True"):
     print(f"{conf or 'defaults':25}: 2 GiB request -> {outcome:3}  (retries {s['num_alloc_retries']}, "
           f"OOMs {s['num_ooms']}, reserved {gml.format_size(card.memory_reserved())}, "
           f"allocated {gml.format_size(card.memory_allocated())})")
+es_outcome = "yes" if cards["expandable_segments:True"][0].memory_stats()["num_ooms"] == 0 else "no: out of memory"
+gml.reveal("06.p2", es_outcome)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert cards[""][0].memory_stats()["num_ooms"] == 1
 assert cards["expandable_segments:True"][0].memory_stats()["num_ooms"] == 0
 
@@ -114,7 +132,10 @@ assert cards["expandable_segments:True"][0].memory_stats()["num_ooms"] == 0
 # path (`release_cached_blocks`) **unmapped the free pages** in the holes (`unmap_block`), which
 # returned their physical memory to the driver; then the allocator mapped fresh pages for the new
 # tensor. The holes are still there in the *virtual* address space, but they cost nothing.
-# The trace shows it:
+# The trace shows it. It names the expandable segment once (`seg_0`, its reserved virtual
+# range), and offsets count from the start of that range: `seg_0.map(0:7.01 GiB)` maps pages at
+# its start, `seg_0.unmap(0:1020.00 MiB)` unmaps the first hole (all but the page it shares with
+# tensor 1), and `i = seg_0[6.00 GiB:2.00 GiB]` is the new tensor, 6 GiB into the range.
 
 # %%
 es_card = cards["expandable_segments:True"][0]
@@ -124,7 +145,35 @@ for e in trace:
     counts[e["action"]] = counts.get(e["action"], 0) + 1
 print(counts)
 print(gml.text_trace(es_card))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert counts.get("segment_unmap", 0) >= 1 and counts.get("segment_map", 0) >= 2
+
+# %% [markdown]
+# ### The virtual range, page by page
+#
+# `gml.page_map` draws the segment's reserved virtual range as its 20 MiB pages: hatched pages
+# are unmapped (address space, no memory), grey pages are mapped (physical memory), blue bars are
+# the tensors. Before the unmap the holes are mapped and free; after it, their pages are hatched,
+# their memory went back to the driver, and new pages were mapped at the end for the 2 GiB tensor.
+
+# %%
+actions = [e["action"] for e in trace]
+first_unmap = actions.index("segment_unmap")
+fig = gml.page_map(es_card, [first_unmap - 1, len(actions) - 1],
+                   labels=["before the unmap: the holes are mapped, free",
+                           "after: the holes unmapped, 2 GiB mapped at the end"])
+before, after = fig.gml_pages
+print(f"mapped pages: {sum(before['mapped'])} before, {sum(after['mapped'])} after; "
+      f"reserved now {gml.format_size(es_card.memory_reserved())}")
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert sum(after["mapped"]) * 20 * MiB == es_card.memory_reserved()
+
+# %% [markdown]
+# The block map shows the same state as PyTorch's snapshot reports it: each mapped run of the
+# virtual range is a band of its own (three here), and the unmapped holes are simply not there.
 
 # %%
 fig = gml.show(es_card, title="expandable segments: the 2 GiB tensor fits after the holes were unmapped")
@@ -136,9 +185,22 @@ fig = gml.timeline([cards[""][0], es_card], labels=["defaults", "expandable_segm
 fig
 
 # %% [markdown]
-# In the block map, each mapped range of the virtual segment is drawn as its own band (this is
-# how `torch.cuda.memory._snapshot()` reports expandable segments too): the unmapped holes simply
-# are not there any more.
+# Upper panel: with the defaults reserved memory stays at 7 GiB and the 2 GiB request ends in
+# an OOM (the cross). Lower panel: with expandable segments reserved memory drops when the holes
+# are unmapped and climbs again when the 2 GiB tensor is mapped.
+#
+# ## Try it: setting, card size, request size
+#
+# The controls re-run this workload with the setting, the card and the size of the last request
+# you pick, and redraw the block map after that request and the timeline.
+
+# %%
+controls = gml.whatif(notebook_02_workload, at="end",
+                      conf=["", "expandable_segments:True"],
+                      total_memory=["8GiB", "10GiB", "12GiB"],
+                      request=[2 * GiB, 3 * GiB, 4 * GiB, 5 * GiB],
+                      title="notebook 02's workload")
+controls
 #
 # ## What it does not fix
 #
@@ -170,8 +232,11 @@ else:
     print(gpu.describe())
     print(f"1 GiB + 1 B -> reserved {gml.format_size(gpu.memory_reserved())} "
           f"(a whole number of 20 MiB pages: {gpu.memory_reserved() % (20 * MiB) == 0})")
-    assert gpu.memory_snapshot()[0]["is_expandable"]
+    expandable_now = gpu.memory_snapshot()[0]["is_expandable"]
     del probe
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert gpu.kind == "cuda" or expandable_now
 
 # %% [markdown]
 # The same idea, taken further, is how inference servers manage the KV cache: fixed-size pages
@@ -189,6 +254,18 @@ else:
 
 # %%
 print(gml.experiment(["fragmentation_oom", "expandable_segments"], gpu))
+
+# %% [markdown]
+# ## Exercise: the largest tensor after the holes are unmapped
+#
+# Back to the fragmented 8 GiB card with `expandable_segments:True` (after the frees, before the
+# 2 GiB request). What is the largest single tensor it can allocate now? Answer to within one
+# 20 MiB page; the check tries your size and one page more on the simulated GPU.
+
+# %% tags=["exercise"]
+gml.exercise("06.ex")
+my_size = "2 GiB"          # change this: a size
+gml.exercise.check("06.ex", my_size)
 
 # %%
 gml.quiz("06")
