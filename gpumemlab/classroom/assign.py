@@ -64,9 +64,12 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignRe
     target = write_student_version(source, out)
     if not check:
         return AssignReport(target, [], [])
-    from .grade import grade_one, read_notebook
+    from . import isolation
+    from .grade import grade_one, open_run, read_notebook
 
     source_nb = read_notebook(source)
+    # The teacher's own notebooks: sandboxed where bwrap runs, else run as they are.
+    grading = open_run(source_nb, sandbox=isolation.unavailable_reason() is None)
     work = Path(tempfile.mkdtemp(prefix="gml-assign-"))
     try:
         from concurrent.futures import ThreadPoolExecutor
@@ -75,7 +78,7 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignRe
             folder = work / name
             folder.mkdir()
             shutil.copy(nb_path, folder / source.name)
-            return grade_one(source_nb, name, folder, folder / source.name, deny_roots=[],
+            return grade_one(grading, name, folder, folder / source.name,
                              cell_timeout=cell_timeout, timeout=timeout)
 
         with ThreadPoolExecutor(2) as pool:   # both versions at once: two kernels
@@ -84,6 +87,7 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600) -> AssignRe
             results = {name: f.result() for name, f in futures.items()}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        grading.close()
     src_fail = [t["name"] for t in results["source"].tests if t["status"] != "passed"]
     stu_pass = [t["name"] for t in results["student"].tests if t["status"] == "passed"]
     # A stub test that failed only because it never ran proves nothing about free points.

@@ -5,7 +5,8 @@ The graded notebook is never the student's file as handed in. It is rebuilt from
 the student's text (matched by nbgrader ``grade_id``; a missing one becomes the stub). Cells the
 student added are kept after the cell they followed. Test cells come from the source, hidden
 tests included, wrapped by ``sandbox.wrapper_source``; a sandbox cell goes first. So deleting,
-editing or forging test cells changes nothing.
+editing or forging test cells changes nothing. Judge calls (``judge``) are taken out of the test
+cells: only the request for the student's answers goes in.
 """
 from __future__ import annotations
 
@@ -26,6 +27,18 @@ def source_ids(nb) -> list:
 def tests_of(nb) -> list:
     """[(grade_id, points)] of the autograder test cells, in order."""
     return [(C.grade_id(c), C.points(c)) for c in nb.cells if C.is_test(c)]
+
+
+def test_parts(nb) -> dict:
+    """{grade_id: (source run inside the submission, [judge.Judge])} of every test cell."""
+    from .judge import split_test
+
+    parts = {}
+    for i, cell in enumerate(nb.cells):
+        if C.is_test(cell):
+            where = f"source cell {i} ({C.grade_id(cell)})"
+            parts[C.grade_id(cell)] = split_test(C.strip_markers(cell.source, where), where)
+    return parts
 
 
 def gpumemlab_imports(nb) -> str:
@@ -78,14 +91,20 @@ def _code_cell(source, role, **info):
     return cell
 
 
-def build_graded(source_nb, student_nb, *, home, deny_roots, key: bytes, token: str):
-    """The notebook to execute for one submission (``student_nb`` may be None: unreadable)."""
+def build_graded(source_nb, student_nb, *, home, deny_roots, key: bytes, token: str, kit,
+                 requests: dict):
+    """The notebook to execute for one submission (``student_nb`` may be None: unreadable).
+
+    Test cells keep only what runs inside; their judges become ``requests`` (grade_id ->
+    [judge.plan(...)]): the answers the kernel must send out. No hidden judge call, key or
+    expected value is in the result."""
     import nbformat
 
     answers, extras = _student_parts(source_nb, student_nb)
+    parts = test_parts(source_nb)
     out = nbformat.v4.new_notebook()
     out.metadata = copy.deepcopy(source_nb.metadata)
-    startup = startup_source(home, deny_roots, key, token, gpumemlab_imports(source_nb))
+    startup = startup_source(home, deny_roots, key, token, gpumemlab_imports(source_nb), kit)
     out.cells.append(_code_cell(startup, "startup"))
     for cell in extras.get(None, []):
         cell.metadata[ROLE] = {"role": "student"}
@@ -101,8 +120,8 @@ def build_graded(source_nb, student_nb, *, home, deny_roots, key: bytes, token: 
             else:
                 out.cells.append(nbformat.v4.new_markdown_cell(text))
         elif C.is_test(cell):
-            full = C.strip_markers(cell.source, where)
-            src = wrapper_source(cid, C.points(cell), full, token)
+            inside, _ = parts[cid]
+            src = wrapper_source(cid, C.points(cell), inside, token, requests.get(cid, ()))
             out.cells.append(_code_cell(src, "test", grade_id=cid, points=C.points(cell),
                                         token=pass_token(key, cid)))
         elif cell.cell_type == "code":

@@ -1,11 +1,14 @@
-"""Grade a folder of submissions against a source notebook, each in its own kernel.
+"""Grade a folder of submissions against a source notebook, each in its own OS sandbox.
 
-For every student: copy their folder to a fresh temporary directory (the teacher's files are only
-ever read), rebuild the notebook from the source (``build``), run it in a worker process
-(``runner``) with a per-cell timeout, and kill the worker and its kernel at the per-notebook wall
-limit. A small thread pool runs a few workers at once; one broken submission never stops the
-others. Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
-``results.json`` and a readable ``feedback.txt``. One progress line per student goes to stderr.
+For every student: copy their folder to a fresh temporary directory (regular files and folders
+only; the teacher's files are only ever read), rebuild the notebook from the source (``build``),
+and run the notebook executor (``runner``), kernel and all, inside a bubblewrap sandbox
+(``isolation``) that sees only the system, the student kit and that copy. The executor sends back
+JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
+answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
+thread pool grades a few submissions at once; one broken submission never stops the others.
+Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
+``results.json`` and a readable ``feedback.txt`` (``reports``).
 
 Submission layout: ``SUBMISSIONS/<student_id>/.../<notebook>.ipynb`` (nbgrader's
 ``submitted/<student>/<assignment>/`` works), with an optional ``timestamp.txt`` beside it.
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -25,43 +29,79 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .build import build_graded, tests_of
+from . import isolation
+from .build import build_graded, test_parts, tests_of
+from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
+RESULT_LIMIT_BYTES = 32 << 20
+NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
+                "code could read and change anything the grader's user can")
+INSIDE_ONLY = "checked inside the submission"
+LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 64 << 20,
+          "open_files": 1024}
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap cannot run here; the message says why and what to do."""
 
 
 @dataclass
 class StudentResult:
     student_id: str
-    tests: list                      # [{name, score, max_score, output, status}]
+    tests: list                      # [{name, score, max_score, output, status, inside_only}]
     score: float
     max_score: float
     seconds: float
     timestamp: str = ""
     notes: list = field(default_factory=list)
+    isolated: bool = True
+
+
+@dataclass
+class GradingRun:
+    """What every submission of one assignment shares: the source's tests and the kit."""
+    source_nb: object
+    parts: dict
+    kit: Path
+    sandbox: bool
+    deny_roots: list
+    limits: dict
+
+    def close(self):
+        shutil.rmtree(self.kit, ignore_errors=True)
+
+
+def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingRun:
+    """Validate the source, check the sandbox, write the student kit."""
+    from .cells import validate_source
+    from .judge import check_questions, withheld_modules
+    from .kit import prepare_kit
+
+    validate_source(source_nb)
+    parts = test_parts(source_nb)
+    judges = [j for _, js in parts.values() for j in js]
+    check_questions(judges, "source notebook")
+    if sandbox:
+        reason = isolation.unavailable_reason()
+        if reason:
+            raise SandboxUnavailable(
+                f"cannot isolate submissions: {reason}. Install Debian's bubblewrap (and allow "
+                f"user namespaces), or pass --no-sandbox to grade without isolation (every "
+                f"feedback file then says so)")
+    kit = Path(tempfile.mkdtemp(prefix="gml-kit-"))
+    prepare_kit(kit, withheld_modules(judges))
+    limits = dict(LIMITS, **(limits or {}))
+    if not sandbox:   # the process limit would count every process of the grader's user
+        limits["processes"] = 0
+    return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits)
 
 
 def read_notebook(path):
     import nbformat
 
     return nbformat.read(str(path), as_version=4)
-
-
-def find_submissions(root: Path, notebook_name: str) -> list:
-    """[(student_id, student folder, notebook path or None)], sorted by student id."""
-    root = Path(root)
-    if not root.is_dir():
-        raise FileNotFoundError(f"submissions folder {root} does not exist")
-    found = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
-        hits = sorted(p for p in folder.rglob(notebook_name) if not p.is_symlink())
-        if not hits:
-            others = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints"
-                            not in p.parts and not p.is_symlink())
-            hits = others[:1] if len(others) == 1 else []
-        found.append((folder.name, folder, hits[0] if hits else None))
-    return found
 
 
 def _kill_group(pid) -> None:
@@ -73,122 +113,224 @@ def _kill_group(pid) -> None:
         pass
 
 
-def grade_one(source_nb, student_id, folder, notebook, *, deny_roots, cell_timeout=30,
-              timeout=300, keep=None) -> StudentResult:
+def _scrub(text, paths) -> str:
+    """Text for a student: the grader's own paths replaced by what they stand for."""
+    text = str(text)
+    for path, name in paths:
+        if path:
+            text = text.replace(str(path), name)
+    return text
+
+
+def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
+              keep=None) -> StudentResult:
     """Grade one submission; never raises for anything the submission does."""
     started = time.monotonic()
-    tests = tests_of(source_nb)
-    notes, student_nb = [], None
+    notes, student_nb, state, timestamp = [], None, {}, ""
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
-    home, private = base / "submission", base / "grader"
-    private.mkdir()
+    home, io = base / "submission", base / "grader"
+    inside = run.sandbox
+    paths = [(home, "<your folder>"), (base, "<grader>"), (folder, "<your folder>")] + \
+        [(d, "<teacher>") for d in run.deny_roots]
+    rng = random.Random(secrets.randbits(64))
+    from .judge import plan
+
+    requests = {gid: [plan(j, rng) for j in judges] for gid, (_, judges) in run.parts.items()}
     try:
+        io.mkdir()
         if folder is not None:
-            shutil.copytree(folder, home, symlinks=True)
+            notes += copy_submission(Path(folder), home)
         else:
             home.mkdir()
-        if notebook is None:
-            notes.append("no notebook found in the submission")
-        else:
-            try:
-                student_nb = read_notebook(home / Path(notebook).relative_to(folder))
-            except Exception as exc:   # any unreadable file: grade as empty, say why
-                notes.append(f"could not read the notebook: {type(exc).__name__}: {exc}")
+        timestamp = read_timestamp(home)
+        student_nb = _read_student(home, folder, notebook, notes, paths)
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
-        graded = build_graded(source_nb, student_nb, home=home,
-                              deny_roots=list(deny_roots) + [str(private)], key=key, token=token)
+        in_home = isolation.INSIDE_HOME if inside else str(home)
+        in_io = isolation.INSIDE_IO if inside else str(io)
+        kit = isolation.INSIDE_KIT if inside else str(run.kit)
+        graded = build_graded(run.source_nb, student_nb, home=in_home,
+                              deny_roots=run.deny_roots + [in_io], key=key, token=token,
+                              kit=kit, requests=requests)
         import nbformat
 
-        nbformat.write(graded, str(private / "graded.ipynb"))
+        nbformat.write(graded, str(io / "graded.ipynb"))
         from .sandbox import trusted_sys_path
 
-        job = {"notebook": str(private / "graded.ipynb"), "workdir": str(home),
-               "private": str(private), "result": str(private / "result.json"),
-               "cell_timeout": cell_timeout, "seed": student_id,
-               "pythonpath": trusted_sys_path()}
-        (private / "job.json").write_text(json.dumps(job), encoding="utf-8")
-        state = _run_worker(private, timeout, notes)
+        limits = dict(run.limits, cpu_s=run.limits["cpu_s"] or int(timeout) + 60)
+        job = {"notebook": f"{in_io}/graded.ipynb", "workdir": in_home, "private": in_io,
+               "result": f"{in_io}/result.json", "cell_timeout": cell_timeout,
+               "runtime": "/tmp/jupyter-runtime" if inside else str(io / "runtime"),
+               "seed": student_id, "pythonpath": trusted_sys_path(kit), "limits": limits,
+               "executed": f"{in_io}/executed.ipynb" if keep is not None else None}
+        (io / "job.json").write_text(json.dumps(job), encoding="utf-8")
+        for name in ("result.json",) + (("executed.ipynb",) if keep is not None else ()):
+            (io / name).write_text("")
+        if inside:
+            isolation.give_to_sandbox(io)
+        state = _run_worker(run, base, home, io, f"{in_io}/job.json", timeout, notes)
     finally:
         if keep is not None:
-            shutil.copytree(base, Path(keep) / student_id, dirs_exist_ok=True, symlinks=True)
+            shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
+                            symlinks=True)
         shutil.rmtree(base, ignore_errors=True)
-    rows = []
-    for gid, pts in tests:
-        verdict = state.get("tests", {}).get(gid)
-        passed = bool(verdict and verdict["passed"])
-        output = "" if passed else (verdict or {}).get("output") or "test cell did not run"
-        rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
-                     "status": "passed" if passed else "failed", "output": output})
-    for ev in state.get("events", []):
-        if ev["event"] in ("timeout", "kernel died"):
-            notes.append(f"a {ev.get('role') or 'notebook'} cell"
-                         f"{' (' + ev['grade_id'] + ')' if ev.get('grade_id') else ''}"
-                         f" stopped: {ev['event']}; it was skipped and the rest re-run")
-    timestamp = ""
-    if folder is not None:
-        stamp = next(iter(sorted(Path(folder).rglob("timestamp.txt"))), None)
-        if stamp is not None and not stamp.is_symlink():
-            timestamp = stamp.read_text(encoding="utf-8", errors="replace").strip()[:64]
+    rows = _judge_rows(run, state, requests, student_id, paths)
+    for ev in state.get("events", []) if isinstance(state.get("events"), list) else []:
+        if isinstance(ev, dict) and ev.get("event") in ("timeout", "kernel died"):
+            gid = ev.get("grade_id") if isinstance(ev.get("grade_id"), str) else ""
+            role = ev.get("role") if ev.get("role") in ("answer", "test", "source", "student",
+                                                        "startup") else "notebook"
+            notes.append(f"a {role} cell{' (' + gid[:80] + ')' if gid else ''} stopped: "
+                         f"{ev['event']}; it was skipped and the rest re-run")
+    if not inside:
+        notes.insert(0, NOT_ISOLATED)
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
-                         timestamp, notes)
+                         timestamp, notes, isolated=inside)
 
 
-def _run_worker(private: Path, timeout: float, notes: list) -> dict:
-    result = private / "result.json"
-    from .sandbox import trusted_sys_path
+def _read_student(home, folder, notebook, notes, paths):
+    if notebook is None:
+        notes.append("no notebook found in the submission")
+        return None
+    copy = home / Path(notebook).relative_to(folder)
+    try:
+        if copy.is_symlink() or not copy.is_file():
+            raise ValueError("it is not a regular file")
+        if copy.stat().st_size > 64 << 20:
+            raise ValueError("it is larger than 64 MiB")
+        return read_notebook(copy)
+    except Exception as exc:   # any unreadable file: grade as empty, say why
+        notes.append(_scrub(f"could not read the notebook: {type(exc).__name__}: {exc}",
+                            paths)[:500])
+        return None
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(trusted_sys_path()))
-    log = open(private / "worker.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.runner",
-                             str(private / "job.json")], stdout=log, stderr=log, env=env,
-                            start_new_session=True, cwd=str(private))
+
+def _decode(text):
+    """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
+    if not isinstance(text, str) or len(text) > RESULT_LIMIT_BYTES:
+        return None
+
+    def refuse(name):
+        raise ValueError(name)
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _judge_rows(run, state, requests, student_id, paths) -> list:
+    from .judge import verdict
+    from .runner import OUTPUT_LIMIT
+
+    tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
+    rows = []
+    for gid, pts in tests_of(run.source_nb):
+        _, judges = run.parts[gid]
+        got = tests.get(gid)
+        passed = isinstance(got, dict) and got.get("passed") is True
+        if not isinstance(got, dict):
+            output = "test cell did not run"
+        elif not passed:
+            output = str(got.get("output") or "the test's checks failed")[:OUTPUT_LIMIT]
+        else:
+            output = ""
+        if passed and judges:
+            replies = _decode(got.get("answers"))
+            for k, request in enumerate(requests[gid]):
+                reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
+                try:
+                    ok, message = verdict(request, reply, student_id)
+                except Exception as exc:   # a judge bug: this test fails, the teacher is told
+                    print(f"gpumemlab grade: judging {gid} for {display_id(student_id)} "
+                          f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    ok, message = False, "the grader could not judge this answer"
+                if not ok:
+                    passed, output = False, message
+                    break
+        rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
+                     "status": "passed" if passed else "failed",
+                     "output": _scrub(output, paths), "inside_only": not judges})
+    return rows
+
+
+def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
+    inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
+    cleanup, fds = (lambda: None), ()
+    if run.sandbox:
+        bound = isolation.python_roots() + ["/usr", "/etc"]
+        masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
+        argv, fds, cleanup = isolation.sandboxed_command(home, io, run.kit, inner, masks=masks)
+        env = dict(os.environ)
+    else:
+        argv = inner
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
+        env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
+    log = open(base / "worker.log", "wb")
+    try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, pass_fds=fds,
+                                start_new_session=True, cwd=str(io))
+    finally:
+        cleanup()
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         notes.append(f"the notebook hit the {timeout:g} s limit; tests not reached score 0")
     finally:
-        state = _read_state(result)
-        _kill_group(proc.pid)
-        _kill_group(state.get("kernel_pid"))
+        state = _read_state(io / "result.json")
+        _kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
+        if not run.sandbox:
+            _kill_group(state.get("kernel_pid") if isinstance(state.get("kernel_pid"), int)
+                        else None)
         proc.wait()
         log.close()
     if not state.get("finished") and not any("limit" in n for n in notes):
         notes.append("the grader could not finish this notebook; see the test outputs")
     return state
 
-
 def _read_state(path: Path) -> dict:
+    """The executor's result file, which the sandbox could have replaced by anything: a
+    regular file under the size limit holding a JSON object, or {}."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return {}
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > RESULT_LIMIT_BYTES:
+            return {}
+        state = _decode(f.read(RESULT_LIMIT_BYTES + 1).decode("utf-8", "replace"))
+    return state if isinstance(state, dict) else {}
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None) -> list:
+              progress=sys.stderr, keep=None, sandbox=True, limits=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    from .cells import validate_source
-
-    validate_source(source_nb)
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
+    run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
     results, n = [], len(subs)
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {pool.submit(grade_one, source_nb, sid, folder, nbp, deny_roots=deny,
-                               cell_timeout=cell_timeout, timeout=timeout, keep=keep): sid
-                   for sid, folder, nbp in subs}
-        for done, fut in enumerate(as_completed(futures), 1):
-            sid = futures[fut]
-            try:
-                res = fut.result()
-            except Exception as exc:  # a grader bug must not lose the other students
-                res = StudentResult(sid, [], 0.0, sum(p for _, p in tests_of(source_nb)), 0.0,
-                                    notes=[f"grader error: {type(exc).__name__}: {exc}"])
-            results.append(res)
-            if progress is not None:
-                print(f"[{done}/{n}] {sid}: {res.score:g}/{res.max_score:g} "
-                      f"in {res.seconds:.1f} s", file=progress, flush=True)
-    return sorted(results, key=lambda r: r.student_id)
+    max_score = sum(p for _, p in tests_of(source_nb))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
+                                   timeout=timeout, keep=keep): sid
+                       for sid, folder, nbp in subs}
+            for done, fut in enumerate(as_completed(futures), 1):
+                sid = futures[fut]
+                try:
+                    res = fut.result()
+                except Exception as exc:  # a grader bug must not lose the other students
+                    print(f"gpumemlab grade: grading {display_id(sid)} failed: "
+                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
+                    res = StudentResult(sid, [], 0.0, max_score, 0.0, isolated=sandbox,
+                                        notes=[f"grader error ({type(exc).__name__}); the "
+                                               f"teacher's log has the details"])
+                results.append(res)
+                if progress is not None:
+                    print(f"[{done}/{n}] {display_id(sid)}: {res.score:g}/{res.max_score:g} "
+                          f"in {res.seconds:.1f} s", file=progress, flush=True)
+    finally:
+        run.close()
+    return sorted(results, key=lambda r: os.fsencode(r.student_id))

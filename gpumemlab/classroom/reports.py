@@ -10,15 +10,20 @@
 
 Names and emails come from an optional roster CSV with nbgrader's columns
 ``id,first_name,last_name,email``.
+
+Every text cell of the CSV is neutralised for spreadsheets: one starting with ``= + - @``, a tab
+or a carriage return gets a leading ``'``, so no cell is ever read as a formula. Undecodable
+bytes of folder names are written as ``\\xNN``. A test judged only by checks that ran inside the
+submission is marked "checked inside the submission"; a run without the OS sandbox says so.
 """
 from __future__ import annotations
 
 import csv
 import json
-import re
 from pathlib import Path
 
-from .grade import CSV_COLUMNS
+from .grade import CSV_COLUMNS, INSIDE_ONLY
+from .intake import display_id, safe_name
 
 
 def read_roster(path) -> dict:
@@ -32,8 +37,10 @@ def read_roster(path) -> dict:
         return {row["id"]: row for row in reader}
 
 
-def _safe(student_id: str) -> str:
-    return re.sub(r"[^\w.@+-]", "_", student_id) or "_"
+def cell_text(value) -> str:
+    """A CSV cell a spreadsheet shows as text, never evaluates."""
+    text = display_id(str(value))
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None) -> None:
@@ -45,10 +52,10 @@ def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None)
         writer.writerow(CSV_COLUMNS)
         for r in results:
             who = roster.get(r.student_id, {})
-            writer.writerow([assignment, duedate, r.timestamp, r.student_id,
-                             who.get("last_name", ""), who.get("first_name", ""),
-                             who.get("email", ""), f"{r.score:g}", "0", f"{r.score:g}",
-                             f"{r.max_score:g}"])
+            writer.writerow([cell_text(x) for x in (
+                assignment, duedate, r.timestamp, r.student_id, who.get("last_name", ""),
+                who.get("first_name", ""), who.get("email", ""))] +
+                [f"{r.score:g}", "0", f"{r.score:g}", f"{r.max_score:g}"])
 
 
 def gradescope(result) -> dict:
@@ -57,15 +64,20 @@ def gradescope(result) -> dict:
             "output": "\n".join(result.notes),
             "visibility": "visible",
             "tests": [{"name": t["name"], "score": t["score"], "max_score": t["max_score"],
-                       "status": t["status"], "output": t["output"]} for t in result.tests]}
+                       "status": t["status"],
+                       "output": (f"({INSIDE_ONLY})\n" if t.get("inside_only") else "")
+                       + t["output"]} for t in result.tests]}
 
 
 def feedback_text(result, assignment: str) -> str:
-    lines = [f"{assignment}: feedback for {result.student_id}",
+    lines = [f"{assignment}: feedback for {display_id(result.student_id)}",
              f"score: {result.score:g} / {result.max_score:g}", ""]
+    if not getattr(result, "isolated", True):
+        lines[1:1] = ["NOT ISOLATED: graded without the OS sandbox (--no-sandbox)"]
     for t in result.tests:
         mark = "PASS" if t["status"] == "passed" else "FAIL"
-        lines.append(f"[{mark}] {t['name']}: {t['score']:g} / {t['max_score']:g}")
+        where = f" ({INSIDE_ONLY})" if t.get("inside_only") else ""
+        lines.append(f"[{mark}] {t['name']}: {t['score']:g} / {t['max_score']:g}{where}")
         if t["output"]:
             lines += ["    " + line for line in t["output"].splitlines()]
     if result.notes:
@@ -76,7 +88,7 @@ def feedback_text(result, assignment: str) -> str:
 def write_feedback(results, folder, *, assignment: str) -> None:
     folder = Path(folder)
     for r in results:
-        d = folder / _safe(r.student_id)
+        d = folder / safe_name(r.student_id)
         d.mkdir(parents=True, exist_ok=True)
         (d / "results.json").write_text(json.dumps(gradescope(r), indent=1), encoding="utf-8")
         (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")

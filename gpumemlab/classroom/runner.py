@@ -7,8 +7,11 @@ the cells before it (minus the culprits, minus test cells) are replayed so that 
 get graded. After each cell the result file is rewritten, so the parent keeps what was graded even
 when it must kill this worker at the notebook's wall-clock limit.
 
-Each test cell's verdict comes from the kernel's execute reply: passed only if the reply is an
-error named ``GmlGraderPass`` whose value is the expected token (see ``sandbox``).
+In the classroom this runs inside the OS sandbox (``isolation``), kernel and all; it sets the
+resource limits the job names before starting the kernel. For each test cell it records whether
+the checks made inside passed (the kernel's execute reply is an error named ``GmlGraderPass``
+with the expected token, see ``sandbox``) and the answers the cell sent out as JSON text; the
+grader judges those answers outside (``judge``).
 """
 from __future__ import annotations
 
@@ -20,6 +23,30 @@ from pathlib import Path
 
 MAX_RESTARTS = 3
 OUTPUT_LIMIT = 2000
+ANSWERS_MIME = "text/x-gpumemlab-answers"
+ANSWERS_LIMIT = 4 << 20
+
+
+def set_limits(limits: dict) -> None:
+    """Resource limits for this executor and the kernel it starts (inherited across exec)."""
+    import resource
+
+    names = {"cpu_s": resource.RLIMIT_CPU, "memory_bytes": resource.RLIMIT_AS,
+             "processes": resource.RLIMIT_NPROC, "file_bytes": resource.RLIMIT_FSIZE,
+             "open_files": resource.RLIMIT_NOFILE}
+    for key, value in (limits or {}).items():
+        if value:
+            resource.setrlimit(names[key], (int(value), int(value)))
+
+
+def _answers(cell):
+    """The first answers output of a test cell (the rest, if any, are the student's doing)."""
+    for out in cell.get("outputs", []):
+        text = out.get("data", {}).get(ANSWERS_MIME) if out.get("output_type") == \
+            "display_data" else None
+        if isinstance(text, str):
+            return text if len(text) <= ANSWERS_LIMIT else None
+    return None
 
 
 def _text_outputs(cell) -> str:
@@ -57,14 +84,15 @@ def run_job(job: dict) -> dict:
     state = {"tests": {}, "events": [], "cells_run": 0, "kernel_pid": None, "finished": False}
 
     def save():
-        tmp = result_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state), encoding="utf-8")
-        tmp.replace(result_path)
+        # in place: inside the sandbox this file is a single bind-mounted file
+        with open(result_path, "r+" if result_path.exists() else "w", encoding="utf-8") as f:
+            f.write(json.dumps(state))
+            f.truncate()
 
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
     env.update({"HOME": str(workdir), "IPYTHONDIR": str(workdir / ".ipython"),
                 "MPLCONFIGDIR": str(workdir / ".matplotlib"), "MPLBACKEND": "Agg",
-                "JUPYTER_RUNTIME_DIR": str(Path(job["private"]) / "runtime"),
+                "JUPYTER_RUNTIME_DIR": job["runtime"],
                 "PYTHONDONTWRITEBYTECODE": "1", "TMPDIR": str(workdir / ".tmp"),
                 "GPUMEMLAB_HEADLESS": "1",
                 "GPUMEMLAB_PROGRESS": str(workdir / ".gpumemlab-progress.json"),
@@ -85,7 +113,8 @@ def run_job(job: dict) -> dict:
         passed = content.get("status") == "error" and content.get("ename") == "GmlGraderPass" \
             and content.get("evalue") == info["token"]
         output = "" if passed else _text_outputs(cells[i])
-        state["tests"].setdefault(info["grade_id"], {"passed": passed, "output": output})
+        state["tests"].setdefault(info["grade_id"], {"passed": passed, "output": output,
+                                                     "answers": _answers(cells[i])})
 
     def execute(i, replay=False):
         reply_box = {}
@@ -150,12 +179,15 @@ def run_job(job: dict) -> dict:
     finally:
         save()
         stop()
+        if job.get("executed"):   # kept for the teacher (grade --keep): outputs included
+            nbformat.write(nb, job["executed"])
     return state
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    set_limits(job.get("limits"))
     started = time.monotonic()
     state = run_job(job)
     print(f"ran {state['cells_run']} cells in {time.monotonic() - started:.1f} s",

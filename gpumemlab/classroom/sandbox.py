@@ -7,17 +7,19 @@ package, and refuses to start processes; and (2) defines a trusted test runner: 
 captured the real builtins, ``sys.path`` and a per-run secret key before the student's cells ran.
 
 Each **test cell** is replaced by a one-line call that finds that runner from a literal
-(``().__class__.__base__.__subclasses__()``, so names the student rebound cannot intercept it),
-restores the builtins, ``sys.path`` and a fresh ``gpumemlab`` (dropping any monkeypatched copy),
-runs the official test source, and on success raises ``GmlGraderPass(token)`` where the token is
-an HMAC of the test's id under the secret. The grader reads the kernel's execute reply: only an
-error named ``GmlGraderPass`` carrying the right token counts. Printing "passed" cannot produce it,
-and a failing test raises something else.
+(``().__class__.__base__.__subclasses__()``, so names the student rebound cannot intercept it).
+It first sends out the answers the grader asked for (``judge``): each answer name's value as
+plain JSON data, or a function's outputs on the grader's inputs, in one display output of type
+``text/x-gpumemlab-answers``. Those are judged outside, by the grader. Then it restores the
+builtins, ``sys.path`` and a fresh ``gpumemlab``, runs the test's remaining statements (the
+checks nbgrader-style cells make inside the submission) and on success raises
+``GmlGraderPass(token)``, an HMAC of the test's id under the secret; the executor reads it from
+the kernel's execute reply, never from printed text.
 
-Limits (documented in docs/QUIZZES.md): this runs inside the student's own Python process. Code
-written to attack this grader specifically (digging the runner out with ``gc``, ctypes, replacing
-kernel internals) can defeat in-process checks; ctypes and C extensions bypass audit hooks. For
-high stakes, also run the grader in a container or VM without network.
+Everything here runs in the student's own process, so it is only a first line: the OS sandbox
+(``isolation``) is what keeps the machine safe, and the outside judge is what keeps points
+honest. A determined student can forge the *inside* checks (which is why cells that have only
+those are reported "checked inside the submission"), never the outside judgement.
 """
 from __future__ import annotations
 
@@ -101,26 +103,96 @@ def _gml_grader_setup(home, read_roots, list_roots, deny_roots, trusted_path, ke
 
     pristine = dict(builtins.__dict__)
     modules = sys.modules
+    from json import dumps, loads
+    from IPython.display import publish_display_data
+    publish = publish_display_data
+    ANSWERS_MIME = "text/x-gpumemlab-answers"
+
+    class Refused(Exception):
+        pass
 
     class Pass(Exception):
         pass
     Pass.__name__ = Pass.__qualname__ = "GmlGraderPass"
 
-    def run(grade_id, source):
+    def plain(x, budget, depth=0):
+        """The answer as JSON-able data of the exact builtin types; anything else refused."""
+        budget[0] -= 1
+        if budget[0] < 0 or depth > 40:
+            raise Refused("the answer is too large or too deeply nested")
+        t = type(x)
+        if x is None or t is bool or t is str:
+            return x
+        if t is int:
+            if x.bit_length() > 256:
+                raise Refused("an integer answer with more than 256 bits")
+            return x
+        if t is float:
+            if x != x or x in (float("inf"), float("-inf")):
+                raise Refused(f"{x!r} is not a finite number")
+            return x
+        if t is list or t is tuple:
+            return [plain(v, budget, depth + 1) for v in x]
+        if t is dict:
+            if any(type(k) is not str for k in x):
+                raise Refused("a dict answer needs str keys")
+            return {k: plain(v, budget, depth + 1) for k, v in x.items()}
+        np = modules.get("numpy")   # a numpy scalar counts as the value .item() gives,
+        if np is not None and isinstance(x, getattr(np, "generic", ())):   # checked again
+            return plain(x.item(), budget, depth + 1)
+        raise Refused(f"an object of type {t.__module__}.{t.__qualname__} is not plain data: "
+                      f"give a plain int, float, str, bool, list or dict")
+
+    def describe(exc):
+        try:
+            return f"{type(exc).__name__}: {exc}"[:300]
+        except BaseException:
+            return type(exc).__name__
+
+    def answer(ns, request):
+        name, probes = request["name"], request["probes"]
+        if name not in ns:
+            return {"ok": False, "error": f"NameError: name {name!r} is not defined"}
+        value = ns[name]
+        try:
+            if probes is None:
+                return {"ok": True, "value": plain(value, [100000])}
+            if not callable(value):
+                return {"ok": False, "error": f"expected a function {request['signature']}, got "
+                                              f"{type(value).__name__}"}
+            calls = []
+            for args in loads(dumps(probes)):   # the student's own copy of the inputs
+                try:
+                    calls.append({"value": plain(value(*args), [100000])})
+                except Refused as exc:
+                    calls.append({"error": f"a wrong kind of result: {exc}"})
+                    break
+                except (Exception, SystemExit) as exc:
+                    calls.append({"error": describe(exc)})
+                    break
+            return {"ok": True, "calls": calls}
+        except Refused as exc:
+            return {"ok": False, "error": str(exc)}
+
+    def run(grade_id, source, requests):
         ns = sys._getframe(1).f_globals   # the notebook namespace the wrapper cell runs in
         sys.settrace(None)
         sys.setprofile(None)
         for name, value in pristine.items():
             if builtins.__dict__.get(name) is not value:
                 setattr(builtins, name, value)
+        if requests:
+            replies = [answer(ns, r) for r in loads(requests)]
+            publish({ANSWERS_MIME: dumps(replies)})
         sys.path[:] = trusted_path
         for name in [m for m in list(modules) if m == "gpumemlab" or m.startswith("gpumemlab.")]:
             del modules[name]
-        test_ns = {k: v for k, v in ns.items() if k not in pristine}
-        test_ns["__builtins__"] = pristine
-        test_ns["__name__"] = "__main__"
-        exec(compile(imports, "<gpumemlab imports>", "exec"), test_ns)
-        exec(compile(source, f"<test {grade_id}>", "exec"), test_ns)
+        if source.strip():
+            test_ns = {k: v for k, v in ns.items() if k not in pristine}
+            test_ns["__builtins__"] = pristine
+            test_ns["__name__"] = "__main__"
+            exec(compile(imports, "<gpumemlab imports>", "exec"), test_ns)
+            exec(compile(source, f"<test {grade_id}>", "exec"), test_ns)
         raise Pass(hmac.new(key, grade_id.encode(), hashlib.sha256).hexdigest())
 
     runner = type("_GmlGrader_" + token, (), {"run": staticmethod(run)})
@@ -138,20 +210,19 @@ _STARTUP = ('# gpumemlab grader: sandbox and trusted test runner (injected; runs
             'exec(compile({setup!r}, "<gpumemlab grader>", "exec"), '
             '{{"__builtins__": dict(__import__("builtins").__dict__), "KW": {kwargs}}})\n')
 
-_WRAPPER = ('# gpumemlab grader: test cell {grade_id!r} ({points:g} points), restored from the '
-            'source notebook\n'
+_WRAPPER = ('# gpumemlab grader: test cell {grade_id!r} ({points:g} points): its checks that run '
+            'inside the submission, and the answers judged outside\n'
             '[c for c in ().__class__.__base__.__subclasses__() if c.__name__ == '
-            '"_GmlGrader_{token}"][0].run({grade_id!r}, {source!r})\n')
+            '"_GmlGrader_{token}"][0].run({grade_id!r}, {source!r}, {requests!r})\n')
+ANSWERS_MIME = "text/x-gpumemlab-answers"
 
 
 def pass_token(key: bytes, grade_id: str) -> str:
     return hmac.new(key, grade_id.encode(), hashlib.sha256).hexdigest()
 
 
-def library_roots() -> list:
-    """Folders a kernel must read to import Python, numpy, torch, matplotlib and gpumemlab."""
-    import gpumemlab
-
+def library_roots(kit) -> list:
+    """Folders a kernel must read to import Python, numpy, torch, matplotlib and the kit."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
@@ -161,14 +232,7 @@ def library_roots() -> list:
     user = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
     if user:
         roots.add(user)
-    package = Path(gpumemlab.__file__).resolve().parent
-    roots.add(str(package))
-    from gpumemlab.quizkit.bank import quizzes_dir
-
-    try:
-        roots.add(str(quizzes_dir().resolve()))
-    except ValueError:
-        pass
+    roots.add(str(kit))
     # Shared system data some libraries read (fonts, time zones, CPU info); no user files.
     roots.update(p for p in ("/usr/lib", "/usr/lib64", "/usr/share", "/lib", "/lib64",
                              "/etc/fonts", "/etc/localtime", "/proc/self", "/proc/cpuinfo",
@@ -177,21 +241,18 @@ def library_roots() -> list:
     return sorted(roots)
 
 
-def trusted_sys_path() -> list:
-    """The kernel's import path: gpumemlab's parent first (so that copy is the one imported)."""
-    import gpumemlab
-
-    parent = str(Path(gpumemlab.__file__).resolve().parent.parent)
-    roots = [os.path.realpath(r) for r in library_roots()]
-    rest = [p for p in sys.path if p and os.path.isdir(p) and os.path.realpath(p) != parent
+def trusted_sys_path(kit) -> list:
+    """The kernel's import path: the student kit first (so that copy is the one imported)."""
+    roots = [os.path.realpath(r) for r in library_roots(kit) if r != str(kit)]
+    rest = [p for p in sys.path if p and os.path.isdir(p)
             and any(os.path.realpath(p) == r or os.path.realpath(p).startswith(r + os.sep)
                     for r in roots)]
-    return [parent] + rest
+    return [str(kit)] + rest
 
 
-def startup_source(home, deny_roots, key: bytes, token: str, imports: str) -> str:
-    reads = library_roots()
-    path = trusted_sys_path()
+def startup_source(home, deny_roots, key: bytes, token: str, imports: str, kit) -> str:
+    reads = library_roots(kit)
+    path = trusted_sys_path(kit)
     # Listing (names only) is allowed on the ancestors of readable folders, so that the import
     # system can scan sys.path entries such as a source checkout holding the package.
     listable = set()
@@ -204,5 +265,8 @@ def startup_source(home, deny_roots, key: bytes, token: str, imports: str) -> st
     return _STARTUP.format(setup=_SETUP, kwargs=repr(kwargs))
 
 
-def wrapper_source(grade_id: str, points: float, source: str, token: str) -> str:
-    return _WRAPPER.format(grade_id=grade_id, points=points, source=source, token=token)
+def wrapper_source(grade_id: str, points: float, source: str, token: str, requests=()) -> str:
+    import json
+
+    return _WRAPPER.format(grade_id=grade_id, points=points, source=source, token=token,
+                           requests=json.dumps(list(requests)) if requests else "")

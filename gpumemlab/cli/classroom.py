@@ -40,6 +40,11 @@ def register(subparsers) -> None:
     g.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
     g.add_argument("--timeout", type=float, default=300, help="seconds per notebook (300)")
     g.add_argument("--workers", type=int, default=2, help="kernels run at once (2)")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="run submissions without the OS sandbox (bubblewrap); every feedback "
+                        "file then says the run was not isolated")
+    g.add_argument("--memory-mb", type=int, default=None,
+                   help="address-space limit per sandboxed process in MiB (8192)")
     g.add_argument("--certificates-key", type=Path, default=None,
                    help="after grading, sign certificates with this private key (PEM)")
     g.add_argument("--course", default=None, help="course name for --certificates-key")
@@ -74,7 +79,7 @@ def _assign(args) -> int:
 
 def _grade(args) -> int:
     from gpumemlab.classroom.cells import NotebookFormatError
-    from gpumemlab.classroom.grade import grade_all
+    from gpumemlab.classroom.grade import SandboxUnavailable, grade_all
     from gpumemlab.classroom.reports import read_roster, write_csv, write_feedback
 
     if not args.source.is_file():
@@ -92,11 +97,14 @@ def _grade(args) -> int:
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
     try:
+        limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
-                            progress=sys.stderr)
+                            progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits)
     except NotebookFormatError as exc:
         raise _error(f"{args.source}: {exc}") from None
+    except SandboxUnavailable as exc:
+        raise _error(str(exc)) from None
     assignment = args.assignment or args.source.stem
     write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
     feedback = args.feedback or args.out.parent / "feedback"

@@ -1,6 +1,7 @@
 """Code exercises: a learner's function, tested against the real allocator model.
 
-Each exercise has a signature, the cases it is tested on (edges plus seeded random sizes), and a
+Each exercise has a signature, the cases it is tested on (edges plus seeded random sizes; the
+classroom grader adds cases from a fresh random generator per run), and a
 reference that asks the model itself: ``round_size`` and ``segment_size`` call the allocator's own
 size functions; ``should_split`` is decided by running the simulated GPU and looking whether the
 block was split in the snapshot; ``fragmentation`` reads a snapshot the simulator produced. So a
@@ -23,10 +24,12 @@ class Exercise:
     cases: object        # () -> list of argument tuples
     reference: object    # (*args) -> expected value
     compare: object = None  # (got, expected) -> bool; default ==
+    # Kit modules that compute the answer: the classroom sandbox withholds them from students.
+    withholds: tuple = ()
 
 
-def _size_cases():
-    rng = random.Random(0)
+def _size_cases(rng=None):
+    rng = rng or random.Random(0)
     edges = [0, 1, 511, 512, 513, 1023, 1024, 1025, KiB * 4 + 1, MiB - 1, MiB, MiB + 1,
              10 * MiB - 1, 10 * MiB, 10 * MiB + 1, 20 * MiB + 3, 100 * MiB + 1]
     return [(n,) for n in edges + [rng.randint(1, 200 * MiB) for _ in range(40)]]
@@ -42,8 +45,8 @@ def _segment_size(size):
     return get_allocation_size(round_size(size))
 
 
-def _split_cases():
-    rng = random.Random(1)
+def _split_cases(rng=None):
+    rng = rng or random.Random(1)
     cases = [(2 * MiB, 512, True), (2 * MiB, MiB - 512, True), (2 * MiB, MiB, True),
              (20 * MiB, 19 * MiB, False), (20 * MiB, 19 * MiB - 512, False),
              (20 * MiB, 2 * MiB, False), (12 * MiB, 11 * MiB, False), (12 * MiB, 10 * MiB, False)]
@@ -74,8 +77,8 @@ def _snapshot_after(ops):
     return outcome.gpu.snapshot()
 
 
-def _frag_cases():
-    rng = random.Random(2)
+def _frag_cases(rng=None):
+    rng = rng or random.Random(2)
     snaps = [_snapshot_after([]), _snapshot_after(["a = 1", "b = 1", "del a"])]
     for _ in range(8):
         ops, live = [], []
@@ -100,16 +103,18 @@ def _close(got, expected):
         and abs(got - expected) <= 1e-9
 
 
+_SIZE_RULES = ("allocator/rounding.py", "viz/size_rules.py")
 EXERCISES = {
     "round_size": Exercise("round_size", "round_size(size: int) -> int", _size_cases,
-                           _round_size),
+                           _round_size, withholds=_SIZE_RULES),
     "segment_size": Exercise("segment_size", "segment_size(size: int) -> int", _size_cases,
-                             _segment_size),
+                             _segment_size, withholds=_SIZE_RULES),
     "should_split": Exercise("should_split",
                              "should_split(block_size: int, size: int, small: bool) -> bool",
-                             _split_cases, _should_split),
+                             _split_cases, _should_split, withholds=("allocator",)),
     "fragmentation": Exercise("fragmentation", "fragmentation(snapshot: dict) -> float",
-                              _frag_cases, _fragmentation, _close),
+                              _frag_cases, _fragmentation, _close,
+                              withholds=("viz/metrics.py",)),
 }
 
 
@@ -120,7 +125,12 @@ def _equal(got, want) -> bool:
     return not isinstance(got, bool) and isinstance(got, (int, float)) and got == want
 
 
-def _show(args):
+def agrees(ex: Exercise, got, expected) -> bool:
+    """Whether one returned value is right (the classroom grader judges probe outputs by it)."""
+    return (ex.compare or _equal)(got, expected)
+
+
+def show_args(args):
     return ", ".join("<snapshot>" if isinstance(a, dict) else repr(a) for a in args)
 
 
@@ -130,15 +140,14 @@ def run_exercise(name: str, fn) -> tuple:
     if not callable(fn):
         return False, 0, 0, f"expected a function {ex.signature}, got {type(fn).__name__}"
     cases = ex.cases()
-    compare = ex.compare or _equal
     for i, args in enumerate(cases):
         expected = ex.reference(*args)
         try:
             got = fn(*args)
         except Exception as exc:  # the learner's code: report, never crash the checker
-            return False, i, len(cases), (f"{ex.name}({_show(args)}) raised "
+            return False, i, len(cases), (f"{ex.name}({show_args(args)}) raised "
                                           f"{type(exc).__name__}: {exc}")
-        if not compare(got, expected):
-            return False, i, len(cases), (f"{ex.name}({_show(args)}) returned {got!r}; "
+        if not agrees(ex, got, expected):
+            return False, i, len(cases), (f"{ex.name}({show_args(args)}) returned {got!r}; "
                                           f"the allocator gives {expected!r}")
     return True, len(cases), len(cases), f"all {len(cases)} cases agree with the allocator"

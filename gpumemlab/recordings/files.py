@@ -14,15 +14,16 @@ This module must import without torch.
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import pickle
+import stat
 import tempfile
 import warnings
 from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
+from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
 
 from .pool_ids import check_pool_id, trace_pool_id
 
@@ -48,20 +49,7 @@ class SnapshotWarning(UserWarning):
     """A snapshot was read, but keys were missing and defaults were filled in."""
 
 
-class _Refused(pickle.UnpicklingError):
-    """The pickle asked for something a snapshot never contains."""
-
-
-class _NoGlobalsUnpickler(pickle.Unpickler):
-    """Unpickler that refuses every global: no class, function or module can be reached."""
-
-    def find_class(self, module, name):
-        raise _Refused(
-            f"it refers to the Python object {module}.{name}, and a memory snapshot never does "
-            f"(refused: loading it could run code)")
-
-    def persistent_load(self, pid):
-        raise _Refused("it uses persistent ids, which a memory snapshot never does")
+_Refused, _NoGlobalsUnpickler = Refused, NoGlobalsUnpickler
 
 
 # ----------------------------------------------------------------------------- loading
@@ -76,21 +64,26 @@ def load_snapshot(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     if name is None:
         raise SnapshotError(f"load_snapshot expects a file path, got {type(path).__name__}")
     try:
-        size_bytes = os.path.getsize(name)
+        st = os.stat(name)
     except FileNotFoundError:
         raise SnapshotError(f"{name}: no such file") from None
     except OSError as exc:
         raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if os.path.isdir(name):
+    if stat.S_ISDIR(st.st_mode):
         raise SnapshotError(f"{name}: is a directory, not a snapshot file")
-    if size_bytes > max_bytes:
-        raise SnapshotError(f"{name}: {size_bytes} bytes is larger than the {max_bytes}-byte limit "
-                            f"(pass max_bytes= to read it anyway)")
+    if not stat.S_ISREG(st.st_mode):   # /dev/zero never ends, a FIFO may never start
+        raise SnapshotError(f"{name}: is not a regular file (a device, FIFO or socket), not a "
+                            f"snapshot file")
+    if st.st_size > max_bytes:
+        raise SnapshotError(f"{name}: {st.st_size} bytes is larger than the {max_bytes}-byte "
+                            f"limit (pass max_bytes= to read it anyway)")
     try:
         with open(name, "rb") as f:
-            data = f.read()
+            data = f.read(max_bytes + 1)
     except OSError as exc:
         raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:   # it grew while being read
+        raise SnapshotError(f"{name}: larger than the {max_bytes}-byte limit")
     return loads_snapshot(data, name=name)
 
 
@@ -127,7 +120,7 @@ def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
 
 def _parse_pickle(data: bytes, name: str):
     try:
-        return _NoGlobalsUnpickler(io.BytesIO(data)).load()
+        return bounded_load(data)   # no globals; memory proportional to the file
     except EOFError:
         raise SnapshotError(f"{name}: the pickle is truncated (ended before its STOP mark)") from None
     except _Refused as exc:
