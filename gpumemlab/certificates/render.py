@@ -19,8 +19,12 @@ from .keys import CertificateError
 _MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
            "September", "October", "November", "December")
 _UNSIGNED = "Self-study completion record \u2014 not signed, not verifiable"
-_SCRIPT_RE = re.compile(r"<script\b[^>]*\bid\s*=\s*[\"']?gml-certificate\b[^>]*>(.*?)</script\s*>",
-                        re.S | re.I)
+# The data block is found in one linear pass (a regex with a lazy ``.*?`` per candidate tag is
+# quadratic on a page of repeated unclosed tags): script tags, their ends and closers are each
+# scanned once, and nothing inside a script's content is taken for a tag.
+_SCRIPT_OPEN = re.compile(r"<script\b", re.I)
+_SCRIPT_CLOSE = re.compile(r"</script\s*>", re.I)
+_CERT_ID = re.compile(r"\bid\s*=\s*[\"']?gml-certificate\b", re.I)
 PNG_KEY = "gml-certificate"
 
 
@@ -110,8 +114,25 @@ def render_html(cert) -> str:
 """
 
 
+def _data_blocks(text: str) -> list:
+    blocks, pos = [], 0
+    while True:
+        m = _SCRIPT_OPEN.search(text, pos)
+        if m is None:
+            return blocks
+        end = text.find(">", m.end())
+        if end < 0:
+            return blocks
+        close = _SCRIPT_CLOSE.search(text, end + 1)
+        if close is None:   # unclosed: no later block can be complete either
+            return blocks
+        if _CERT_ID.search(text, m.end(), end):
+            blocks.append(text[end + 1:close.start()])
+        pos = close.end()
+
+
 def extract_from_html(text: str) -> str:
-    blocks = _SCRIPT_RE.findall(text)
+    blocks = _data_blocks(text)
     if not blocks:
         raise CertificateError("no certificate data in this file (not a gpumemlab certificate "
                                "page)")
@@ -148,6 +169,10 @@ def html_mismatch(cert, page: str):
     page = page.replace("\r\n", "\n")
     if page.rstrip() == expected.rstrip():
         return None
+    if len(page) > 4 * len(expected) + (64 << 10):
+        # far from the rendering in size: no field-by-field reading (HTMLParser can be slow on
+        # hostile input, and such a page is no edit of a single field anyway)
+        return "the page was edited: it differs from the signed certificate's rendering"
     reader = _FieldReader()
     try:
         reader.feed(page)

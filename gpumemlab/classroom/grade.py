@@ -43,6 +43,10 @@ LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 6
           "open_files": 1024}
 
 
+class _NothingToRun(Exception):
+    pass
+
+
 class SandboxUnavailable(RuntimeError):
     """bwrap cannot run here; the message says why and what to do."""
 
@@ -144,6 +148,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             home.mkdir()
         timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
+        if student_nb is None:   # nothing to run: every test fails, no kernel needed
+            raise _NothingToRun
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
         in_home = isolation.INSIDE_HOME if inside else str(home)
         in_io = isolation.INSIDE_IO if inside else str(io)
@@ -168,6 +174,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         if inside:
             isolation.give_to_sandbox(io)
         state = _run_worker(run, base, home, io, f"{in_io}/job.json", timeout, notes)
+    except _NothingToRun:
+        state = {"finished": True}
     finally:
         if keep is not None:
             shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
