@@ -3,8 +3,10 @@
 Inside, the submission sees a read-only system (``/usr``, ``/etc``, the Python installation and
 its packages), a read-only *student kit* (``kit``: gpumemlab without the quiz answers, the grader
 and any module an exercise withholds), a private writable copy of its own folder at
-``/home/student``, the grader's exchange folder ``/grader`` (the built notebook in, the answers
-out as JSON), a private ``/tmp`` and ``/dev``, no network (an own network namespace with only
+``/home/student`` (a size-limited tmpfs filled by bwrap, so nothing written there reaches the
+grader's disk), the grader's exchange folder ``/grader`` read-only (the built notebook in) with
+one writable file (``result.json``: the answers out as JSON), private tmpfs ``/tmp`` and
+``/dev/shm``, a minimal ``/dev``, no network (an own network namespace with only
 loopback, which the kernel's ZeroMQ channels need), and its own PID, IPC and UTS namespaces, so it
 cannot see or signal the grader, other kernels or anything else on the machine. The teacher's
 folders, other submissions and every other path of the machine do not exist there.
