@@ -115,3 +115,31 @@ def test_grade_refuses_without_a_sandbox_unless_told(tmp_path, monkeypatch, caps
     assert main(args + ["--no-sandbox"]) == 0
     text = (tmp_path / "out" / "feedback" / "right" / "feedback.txt").read_text()
     assert "NOT ISOLATED" in text and "score: 5 / 5" in text
+
+
+@pytest.mark.skipif(isolation.unavailable_reason() is not None, reason="no OS sandbox here")
+def test_a_test_without_a_judge_is_marked_checked_inside(tmp_path):
+    import copy
+    import json
+
+    src = source()
+    cell = copy.deepcopy(next(c for c in src.cells
+                              if c.metadata.get("nbgrader", {}).get("grade_id") == "reserved-test"))
+    cell.metadata["nbgrader"]["grade_id"] = "trusting-test"
+    cell.source = "assert reserved_mib * 2 == 40"   # nbgrader style: no judge
+    cell["id"] = "trusting-test-cell"
+    src.cells.append(cell)
+    nbformat.write(src, str(tmp_path / "lab.ipynb"))
+    (tmp_path / "subs" / "s").mkdir(parents=True)
+    nbformat.write(M.answered(student_version(src), M.RIGHT), str(tmp_path / "subs" / "s" /
+                                                                  "lab.ipynb"))
+    out = tmp_path / "out" / "grades.csv"
+    assert main(["grade", str(tmp_path / "subs"), "--source", str(tmp_path / "lab.ipynb"),
+                 "--out", str(out), "--cell-timeout", "60"]) == 0
+    feedback = (tmp_path / "out" / "feedback" / "s")
+    assert "[PASS] trusting-test: 1 / 1 (checked inside the submission)" in \
+        (feedback / "feedback.txt").read_text()
+    assert "[PASS] reserved-test: 1 / 1\n" in (feedback / "feedback.txt").read_text()
+    tests = {t["name"]: t for t in json.loads((feedback / "results.json").read_text())["tests"]}
+    assert tests["trusting-test"]["output"].startswith("(checked inside the submission)")
+    assert tests["trusting-test"]["score"] == 1
