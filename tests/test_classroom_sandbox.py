@@ -129,6 +129,15 @@ def test_a_test_without_a_judge_is_marked_checked_inside(tmp_path):
     cell.source = "assert reserved_mib * 2 == 40"   # nbgrader style: no judge
     cell["id"] = "trusting-test-cell"
     src.cells.append(cell)
+    from gpumemlab.quizkit.lesson_exercises import all_exercises
+
+    ex = next(iter(all_exercises()))   # a lesson exercise, its stub sent by a function
+    src.cells.append(nbformat.v4.new_code_cell(f"stub_answer = lambda: {ex.stub!r}"))
+    judged = copy.deepcopy(cell)
+    judged.metadata["nbgrader"]["grade_id"] = "exercise-test"
+    judged.source = f"gml.exercise.assert_passes({ex.id!r}, stub_answer)"
+    judged["id"] = "exercise-test-cell"
+    src.cells.append(judged)
     nbformat.write(src, str(tmp_path / "lab.ipynb"))
     (tmp_path / "subs" / "s").mkdir(parents=True)
     nbformat.write(M.answered(student_version(src), M.RIGHT), str(tmp_path / "subs" / "s" /
@@ -143,3 +152,17 @@ def test_a_test_without_a_judge_is_marked_checked_inside(tmp_path):
     tests = {t["name"]: t for t in json.loads((feedback / "results.json").read_text())["tests"]}
     assert tests["trusting-test"]["output"].startswith("(checked inside the submission)")
     assert tests["trusting-test"]["score"] == 1
+    assert tests["exercise-test"]["score"] == 0 and \
+        tests["exercise-test"]["output"].startswith(ex.id), tests["exercise-test"]
+
+
+def test_lesson_exercises_are_judged_outside_too():
+    from gpumemlab.quizkit.lesson_exercises import all_exercises
+
+    ex = next(iter(all_exercises()))
+    inside, judges = split_test(f"gml.exercise.assert_passes({ex.id!r}, answer)", "cell")
+    assert inside == "" and judges == [Judge(ex.id, "answer", "exercise")]
+    request = plan(judges[0], random.Random(0))
+    assert request["call_if_callable"] and request["probes"] is None
+    passed, message = verdict(request, {"ok": True, "value": ex.stub}, "s")
+    assert passed is False and message.startswith(ex.id)

@@ -1,11 +1,13 @@
 """Answers judged outside the student's process: what the grader asks for, and its verdict.
 
-A test cell statement ``gml.quiz.assert_correct('01.5', round_size)`` (top level, a question id
-literal and an answer name) is a *judge*: it never runs in the submission. Instead the sandboxed
+A test cell statement ``gml.quiz.assert_correct('01.5', round_size)`` or
+``gml.exercise.assert_passes('05.ex', my_setting)`` (top level, an id literal and an answer name)
+is a *judge*: it never runs in the submission. Instead the sandboxed
 kernel is asked for the value of ``round_size``: a plain value (JSON numbers, strings, lists,
 dicts with string keys, booleans, None; subclasses and other objects refused), or, for a code
 question, the function's outputs on inputs the grader picked (the exercise's edge and seeded
-cases plus cases drawn from a fresh random generator each run). The answers come back as JSON and
+cases plus cases drawn from a fresh random generator each run; a lesson exercise's function of no
+arguments is called once). The answers come back as JSON and
 are compared here, with the bank's key, the simulator and the exercise's reference, none of which
 the submission can import (``kit``). Every other statement of a test cell runs inside the
 submission as nbgrader does; a cell with no judge is reported "checked inside the submission".
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 
 from .cells import NotebookFormatError
 
-_CALLERS = ("gml.quiz", "gpumemlab.quiz", "quiz")
+# (object, method) -> kind: a quiz question, or a lesson exercise (``gml.exercise``)
+_CALLS = {("quiz", "assert_correct"): "quiz", ("exercise", "assert_passes"): "exercise"}
 MESSAGE_LIMIT = 600
 
 
@@ -27,6 +30,7 @@ MESSAGE_LIMIT = 600
 class Judge:
     question: str
     name: str
+    kind: str = "quiz"
 
 
 def _dotted(node):
@@ -40,9 +44,17 @@ def _dotted(node):
     return None
 
 
+def _judge_kind(node):
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return None
+    owner = _dotted(node.func.value) or ""
+    if owner.split(".")[0] not in ("gml", "gpumemlab") and "." in owner:
+        return None
+    return _CALLS.get((owner.split(".")[-1], node.func.attr))
+
+
 def _is_judge_call(node) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-        and node.func.attr == "assert_correct" and _dotted(node.func.value) in _CALLERS
+    return _judge_kind(node) is not None
 
 
 def split_test(source: str, where: str):
@@ -58,18 +70,19 @@ def split_test(source: str, where: str):
         call = stmt.value if isinstance(stmt, ast.Expr) else None
         if call is not None and _is_judge_call(call):
             args = call.args
+            method = call.func.attr
             if len(args) != 2 or call.keywords or not isinstance(args[0], ast.Constant) \
                     or not isinstance(args[0].value, str) or not isinstance(args[1], ast.Name):
-                raise NotebookFormatError(f"{where}: write assert_correct('ID', answer_name) "
+                raise NotebookFormatError(f"{where}: write {method}('ID', answer_name) "
                                           f"with a question id and a plain answer name")
-            judges.append(Judge(args[0].value, args[1].id))
+            judges.append(Judge(args[0].value, args[1].id, _judge_kind(call)))
             drop.update(range(stmt.lineno, stmt.end_lineno + 1))
     for node in ast.walk(tree):
         if _is_judge_call(node) and not any(node is s.value for s in tree.body
                                             if isinstance(s, ast.Expr)):
-            raise NotebookFormatError(f"{where}: assert_correct must be a statement of its own "
-                                      f"at the top of the test cell, so it is judged outside "
-                                      f"the submission")
+            raise NotebookFormatError(f"{where}: {node.func.attr} must be a statement of its "
+                                      f"own at the top of the test cell, so it is judged "
+                                      f"outside the submission")
     lines = source.splitlines()
     inside = "\n".join(line for i, line in enumerate(lines, 1) if i not in drop)
     return inside, judges
@@ -82,9 +95,11 @@ def question(qid: str):
 
 
 def check_questions(judges, where: str) -> None:
+    from gpumemlab.quizkit.lesson_exercises import get
+
     for j in judges:
         try:
-            question(j.question)
+            (get if j.kind == "exercise" else question)(j.question)
         except (KeyError, ValueError) as exc:
             raise NotebookFormatError(f"{where}: unknown question {j.question!r}: {exc}") \
                 from None
@@ -95,6 +110,8 @@ def withheld_modules(judges) -> set:
 
     out = set()
     for j in judges:
+        if j.kind == "exercise":   # judged by running the simulator: nothing to withhold
+            continue
         q = question(j.question)
         if q.kind == "code":
             out.update(EXERCISES[q.data["exercise"]].withholds)
@@ -103,8 +120,11 @@ def withheld_modules(judges) -> set:
 
 def plan(judge: Judge, rng: random.Random) -> dict:
     """What the sandbox must send back for one judge (probes: argument lists, or None)."""
-    q = question(judge.question)
     request = {"question": judge.question, "name": judge.name, "probes": None}
+    if judge.kind == "exercise":   # plain data, or a function of no arguments returning it
+        request["kind"], request["call_if_callable"] = "exercise", True
+        return request
+    q = question(judge.question)
     if q.kind == "code":
         from gpumemlab.quizkit.exercises import EXERCISES
 
@@ -128,6 +148,11 @@ def verdict(request: dict, reply, seed: str):
         return False, f"{qid}: no readable answer came back for {name!r}"
     if not reply["ok"]:
         return False, _short(f"{qid}: {reply.get('error', 'no answer')}")
+    if request.get("kind") == "exercise":
+        from gpumemlab.quizkit.lesson_exercises import judge
+
+        v = judge(qid, reply.get("value"))
+        return v.passed, "" if v.passed else _short(f"{qid}: {v.message}")
     q = question(qid)
     if request["probes"] is None:
         from gpumemlab.quizkit.checker import AnswerError, evaluate
