@@ -166,3 +166,21 @@ def test_lesson_exercises_are_judged_outside_too():
     assert request["call_if_callable"] and request["probes"] is None
     passed, message = verdict(request, {"ok": True, "value": ex.stub}, "s")
     assert passed is False and message.startswith(ex.id)
+
+
+def test_intake_copies_folders_and_regular_files_only(tmp_path):
+    from gpumemlab.classroom import intake
+
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("a")
+    (src / "sub" / "b.txt").write_text("b")
+    os.mkfifo(src / "fifo")
+    (src / "link").symlink_to("/etc/passwd")
+    for i in range(intake.COPY_LIMIT_FILES):
+        (src / "sub" / f"f{i}").write_text("x")
+    notes = intake.copy_submission(src, tmp_path / "dst")
+    kept = [p for p in (tmp_path / "dst").rglob("*") if p.is_file()]
+    assert len(kept) == intake.COPY_LIMIT_FILES and (tmp_path / "dst" / "a.txt").is_file()
+    assert not any(p.is_symlink() for p in (tmp_path / "dst").rglob("*"))
+    assert "4 links, special files or files over the limits" in notes[0]

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 COPY_LIMIT_BYTES = 200 << 20
+COPY_LIMIT_FILES = 500     # each becomes an open file handed to bwrap
 STAMP_LIMIT = 64
 
 
@@ -77,15 +78,18 @@ def find_submissions(root: Path, notebook_name: str) -> list:
 
 
 def copy_submission(src: Path, dst: Path) -> list:
-    """Copy folders and regular files only, up to COPY_LIMIT_BYTES; returns notes."""
-    left_out, total, notes = 0, 0, []
+    """Copy folders and regular files only, up to COPY_LIMIT_FILES and COPY_LIMIT_BYTES (in the
+    order found, shallow folders first); returns notes."""
+    left_out, total, files, notes = 0, 0, 0, []
     dst.mkdir()
     for rel, entries in _walk(src):
         for name, st in entries:
             target = dst / rel / name
             if stat.S_ISDIR(st.st_mode):
                 target.mkdir()
-            elif stat.S_ISREG(st.st_mode) and total + st.st_size <= COPY_LIMIT_BYTES:
+            elif stat.S_ISREG(st.st_mode) and total + st.st_size <= COPY_LIMIT_BYTES \
+                    and files < COPY_LIMIT_FILES:
+                files += 1
                 try:
                     fd = os.open(src / rel / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
                 except OSError:
@@ -103,8 +107,9 @@ def copy_submission(src: Path, dst: Path) -> list:
             else:
                 left_out += 1
     if left_out:
-        notes.append(f"{left_out} links, special files or files over the "
-                     f"{COPY_LIMIT_BYTES >> 20} MiB limit were left out of the graded copy")
+        notes.append(f"{left_out} links, special files or files over the limits "
+                     f"({COPY_LIMIT_FILES} files, {COPY_LIMIT_BYTES >> 20} MiB) were left out of "
+                     f"the graded copy")
     return notes
 
 
