@@ -126,7 +126,7 @@ POOL_OPS = st.lists(st.one_of(
 POOL_PREFIX = [("new_pool", True, False), ("new_pool", False, True), ("enter_pool", 0)]
 
 
-def run_pool_ops(conf, ops, total=512 * MiB):
+def run_pool_ops(conf, ops, total=512 * MiB, prefix=POOL_PREFIX):
     """MemPool / use_mem_pool / graph capture on the allocator, as the facade drives it; the
     invariant checker (pools included) runs after every operation."""
     from gpumemlab.allocator.private_pool import PoolError
@@ -134,7 +134,7 @@ def run_pool_ops(conf, ops, total=512 * MiB):
     live, pools, entered, graphs = [], [], [], []
     capture = None  # (pool id, stream) of the capture underway
     next_id = [1, 1]
-    for op in POOL_PREFIX + list(ops):
+    for op in list(prefix) + list(ops):
         kind = op[0]
         if kind == "malloc":
             try:
@@ -221,11 +221,19 @@ def run_pool_ops(conf, ops, total=512 * MiB):
     return alloc
 
 
+# A card limited to 30 % (154 MiB) and nearly full, while the use_on_oom pool holds 70 MiB of
+# cached blocks: default-pool requests that cudaMalloc cannot serve take the fallback path.
+LIMITED_PREFIX = POOL_PREFIX + [("malloc", 40 * MiB, 0), ("malloc", 30 * MiB, 0), ("free", 0),
+                                ("free", 0), ("leave_pool",), ("fraction", 0.3),
+                                ("malloc", 80 * MiB, 0)]
+
+
+@pytest.mark.parametrize("prefix", [POOL_PREFIX, LIMITED_PREFIX], ids=["card", "limited"])
 @pytest.mark.parametrize("conf", ["", "expandable_segments:True", "max_split_size_mb:40"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=POOL_OPS)
-def test_pool_invariants_hold_after_every_operation(conf, ops):
-    run_pool_ops(conf, ops)
+def test_pool_invariants_hold_after_every_operation(conf, prefix, ops):
+    run_pool_ops(conf, ops, prefix=prefix)
 
 
 @settings(max_examples=30, deadline=None)
