@@ -234,3 +234,16 @@ def test_bad_input_gets_one_line():
     gpu.empty(10)
     with pytest.raises(GrowthError, match="no iteration marks"):
         gml.growth(gpu)
+
+
+def test_exercise_10_runs_the_loop_and_judges_by_growth():
+    from gpumemlab.quizkit.lesson_exercises import judge
+    from gpumemlab.units import format_size
+    classes = judge("10.ex", "out.argmax(1)")          # right values, but a tensor a step
+    assert not classes.passed and "memory grows" in classes.message
+    assert format_size(B * 8) in classes.message       # 512 int64 class indices stay per step
+    assert classes.figures["bytes_that_stay_per_step"] == [B * 8] * 4
+    detached = judge("10.ex", "out.detach()")          # shares the output's storage
+    assert not detached.passed and format_size(OUT_BYTES) in detached.message
+    assert judge("10.ex", "out.argmax(dim=1).tolist()").passed
+    assert not judge("10.ex", "out.argmax(1).tolist(); import os").passed

@@ -17,6 +17,7 @@ RIGHT = {
     "02.ex": [1, 2, 3, 6],
     "04.ex": [2],
     "05.ex": "max_split_size_mb:512",
+    "10.ex": "out.argmax(1).tolist()",
     "11.ex": [8, 4, 2, 1],
 }
 

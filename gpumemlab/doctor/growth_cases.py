@@ -73,9 +73,11 @@ def losses_summed(steps: int = 4, batch: int = 512, fixed: bool = False):
     return rec
 
 
-def predictions_kept(steps: int = 4, batch: int = 512, fixed: bool = False):
+def predictions_kept(steps: int = 4, batch: int = 512, fixed: bool = False, keep=None,
+                     sink=None):
     """Training that appends each step's output to a list. Fixed: keep ``argmax(1).tolist()``
-    (on a GPU, ``.cpu()`` would also do; on the CPU it shares the storage)."""
+    (on a GPU, ``.cpu()`` would also do; on the CPU it shares the storage). ``keep(out)``, when
+    given, is what is appended instead; ``sink`` (a list) receives the list after the capture."""
     import torch
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
@@ -85,9 +87,16 @@ def predictions_kept(steps: int = 4, batch: int = 512, fixed: bool = False):
             rec.set_memory_metadata(f"step {i}")
             x, y = _batch(i, batch, 256, 256)
             out, loss = _train(model, opt, x, y)
-            preds.append(out.argmax(1).tolist() if fixed else out)
+            if keep is not None:                     # the lesson's exercise
+                preds.append(keep(out))
+            elif fixed:
+                preds.append(out.argmax(1).tolist())
+            else:
+                preds.append(out)                    # the output's storage, every step
         rec.set_memory_metadata("")
-        del preds, out, loss, x, y
+        del out, loss, x, y
+    if sink is not None:
+        sink.extend(preds)
     return rec
 
 
@@ -203,13 +212,15 @@ def _tokens(i, batch, length, vocab):
 NEW_SHAPE_LENGTHS = (64, 32, 96, 64, 128, 96, 32, 128)
 
 
-def new_shapes(lengths=NEW_SHAPE_LENGTHS, batch: int = 8, fixed: bool = False):
+def new_shapes(lengths=NEW_SHAPE_LENGTHS, batch: int = 8, fixed: bool = False,
+               d_model: int = 64, n_layers: int = 1, vocab: int = 512):
     """A small transformer trained on batches of the given sequence lengths: each new length
     asks for new tensor sizes. Fixed: every batch padded to the longest length."""
     import torch
     import torch.nn.functional as F
     from gpumemlab.recordings.capture_demo import tiny_transformer
-    model, _adam = tiny_transformer(seq_len=max(lengths), d_model=128, n_layers=2)
+    model, _adam = tiny_transformer(vocab=vocab, seq_len=max(lengths), d_model=d_model,
+                                    n_layers=n_layers)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     vocab = model.embed.num_embeddings
     with capture(model, opt) as rec:

@@ -49,7 +49,7 @@ def plot_growth(report, title=None):
     ax.set_title(title or "memory, entry by entry; each iteration shaded by its cause")
 
     n = list(range(len(its)))
-    labels = [f"{it.number}\n{it.cause}" for it in its]
+    labels = [f"{it.name.replace(' (', chr(10) + '(')}\n{it.cause}" for it in its]
     # what stays shows as a staircase in allocated-at-the-end; growth of the cache on its own axis
     alloc_end = [it.allocated_bytes for it in its]
     stays = [it.kept_bytes for it in its]
@@ -72,4 +72,6 @@ def plot_growth(report, title=None):
     for b in (ends, grows):
         b.set_xticks(n)
         b.set_xticklabels(labels, fontsize=7)
+    # returned and shown by Jupyter; closed in pyplot so the inline backend does not show it twice
+    plt.close(fig)
     return fig

@@ -7,9 +7,9 @@ the notebook (``gml.exercise.check``) and in the classroom grader, which receive
 JSON from the student's sandbox and calls :func:`judge_json` in its own process. A judge returns a
 :class:`Verdict` with the measured figures that decided it; a malformed answer (a setting c10
 would refuse, a list with a missing name) becomes a failed verdict whose message says what was
-expected, never an exception. The tasks themselves live in ``lesson_tasks.py`` (lessons 01-04)
-``lesson_tasks_more.py`` (05-09) and ``lesson_tasks_11.py`` (11); every right answer is found by running the simulator at
-judge time, not typed in.
+expected, never an exception. The tasks themselves live in ``lesson_tasks.py`` (lessons 01-04),
+``lesson_tasks_more.py`` (05-09), ``lesson_tasks_growth.py`` (10) and ``lesson_tasks_11.py`` (11);
+every right answer is found by running the simulator at judge time, not typed in.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def all_exercises() -> list:
 
 def _load():
     # the task modules register themselves on import
-    from . import lesson_tasks, lesson_tasks_11, lesson_tasks_more  # noqa: F401
+    from . import lesson_tasks, lesson_tasks_11, lesson_tasks_growth, lesson_tasks_more  # noqa: F401
 
 
 def judge(ex_id: str, answer) -> Verdict:
