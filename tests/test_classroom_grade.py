@@ -13,7 +13,12 @@ sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
 import make_submissions as M  # noqa: E402
 
 from gpumemlab.cli import main  # noqa: E402
+from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    isolation.unavailable_reason() is not None,
+    reason=f"no OS sandbox here ({isolation.unavailable_reason()}); .ci/run installs bubblewrap")
 
 KINDS = ["loop", "stubborn_loop", "raises", "exit", "delete_tests", "edit_tests", "monkeypatch",
          "fake_pass", "files"]
