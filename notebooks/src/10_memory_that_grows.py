@@ -1,8 +1,8 @@
 # %% [markdown]
 # # 10 · Memory that grows
 #
-# The run starts fine, then memory climbs a little every step until it dies with an OOM at
-# step 3,000. Five different things cause that, and they need different fixes:
+# The run starts fine, then memory climbs a little every step until, hours later, it dies with
+# an OOM. Five different things cause that, and they need different fixes:
 #
 # | cause | what you see | fix |
 # |---|---|---|
@@ -147,13 +147,16 @@ assert summed.iterations[0].kept_bytes == sum(v for k, v in _saved.items() if k 
 # automatic collection off and calls `gc.collect()` once, after the loop.
 
 # %%
-import gc
-print(inspect.getsource(cases.StepRecord).split('"""')[0] + "...")
+import gc, linecache
+print("class StepRecord:\n" + inspect.getsource(cases.StepRecord.__init__))
 cycle = gml.growth(cases.reference_cycle(steps=4))
 print(cycle.text(evidence=False))
 site = cycle.iterations[0].kept[0]
 print("stays:", site.describe())
-print(f"automatic collection back on afterwards: {gc.isenabled()}")
+freer = site.freed_by[0]
+print(f"the freeing line, {freer['filename'].rsplit('/', 1)[-1]}:{freer['line']}: "
+      f"{linecache.getline(freer['filename'], freer['line']).strip()}")
+print(f"automatic collection back on afterwards: {gc.isenabled()}; its thresholds: {gc.get_threshold()}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert cycle.causes == ["leak"] * 4
@@ -163,8 +166,8 @@ assert "gc.collect()" in inspect.getsource(cases.reference_cycle).splitlines()[
 
 # %% [markdown]
 # The evidence names the frame that finally freed the bytes: the line that calls `gc.collect()`.
-# In a real run the collector runs at its own times (when enough new container objects pile up),
-# so this kind of growth comes and goes in waves. The fix is to break the cycle
+# In a real run the collector runs at its own times (the first threshold above: that many more
+# container objects allocated than freed), so this kind of growth comes and goes in waves. The fix is to break the cycle
 # (`weakref`, or clearing the back-reference), not to call `gc.collect()` every step.
 #
 # ## Leak 4: Jupyter's `Out[n]` and `_`
@@ -221,13 +224,15 @@ gml.predict("10.p3", "Which step leaves memory behind?", choices=["step 0", "ste
 # %%
 adam = gml.growth(cases.optimizer_state(steps=4))
 print(adam)
+param_bytes = sum(p.numel() * p.element_size() for p in cases.mlp().parameters())
+print(f"\nparameters {param_bytes:,} bytes; bytes that stay at step 0 "
+      f"{adam.iterations[0].kept_bytes:,} = {adam.iterations[0].kept_bytes / param_bytes:g} x the parameters")
 first = adam.by_cause()["one-time state"]
 gml.reveal("10.p3", first[0] if first else "none")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-_params = sum(p.numel() * 4 for p in cases.mlp().parameters())
 assert adam.causes == ["one-time state", "steady", "steady", "steady"]
-assert adam.iterations[0].kept_bytes == 2 * _params
+assert adam.iterations[0].kept_bytes == 2 * param_bytes
 
 # %% [markdown]
 # The state is exactly two copies of the parameters (Adam's 4-byte step counters are made by
@@ -238,8 +243,7 @@ assert adam.iterations[0].kept_bytes == 2 * _params
 # ## New shapes: sequences of varying length
 #
 # A small transformer language model trained on batches of 8 sequences whose length changes
-# from step to step. Longer sequences ask for bigger tensors (attention's scores grow with the
-# square of the length).
+# from step to step. Longer sequences ask for bigger tensors.
 
 # %%
 lengths = (32, 64, 32, 96, 64, 96)
@@ -261,8 +265,8 @@ assert all(it.kept_bytes == 0 for it in shapes.iterations)
 # Reserved memory grows only at a step whose length is longer than any before it; a repeated
 # length is served from the cache (steady), and nothing stays (allocated at each end depends only
 # on that step's length). Padding every batch to the longest length pays the largest
-# reservation at step 0 and never grows again; bucketing lengths into a few sizes bounds the
-# growth the same way.
+# reservation at step 0 and never grows again. (Bucketing lengths into a few sizes is the usual
+# compromise between the two: fewer new shapes, less padding.)
 
 # %%
 fig = shapes.figure(title="varying lengths: reserved steps up at each new longest length")
