@@ -1,7 +1,7 @@
 """The allocator's history: c10 ``record_trace``, ``recordHistory`` and the user metadata of
 ``torch.cuda.memory._set_memory_metadata``.
 
-Each event becomes one tuple in a :class:`~gpumemlab.allocator.trace.TraceRingBuffer`; frames
+Each event becomes one entry of a :class:`~gpumemlab.allocator.trace.TraceRingBuffer`; frames
 are kept only at the ``record_context`` level that asks for them (c10 ``maybeGatherContext``).
 """
 from __future__ import annotations
@@ -42,8 +42,8 @@ class HistoryMixin:
             return
         self.clock += 1
         frames = context if self.record_context_ >= tr.ALLOC_CONTEXT else None
-        self.alloc_buffer.insert((action, addr, size, stream, self.clock, frames,
-                                  self.user_metadata, pool_id))
+        self.alloc_buffer.insert(action, addr, size, stream, self.clock, frames,
+                                 self.user_metadata, pool_id)
 
     def record_history_settings(self, enabled: bool, context: str | None = "all",
                                 max_entries: int = sys.maxsize, skip_actions=None) -> None:

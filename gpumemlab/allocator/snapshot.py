@@ -13,13 +13,10 @@ from typing import Callable
 from . import trace as tr
 from .block import BlockPool
 from .config import AllocatorConfig
+from .frames import frame_dicts
 
 # The states a snapshot gives a block (the one list of them; readers check against it).
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
-
-
-def _frames(context) -> list:
-    return list(context) if context else []
 
 
 class SnapshotMixin:
@@ -73,7 +70,7 @@ class SnapshotMixin:
                     "size": block.size,
                     "requested_size": block.requested_size,
                     "state": state,
-                    "frames": _frames(block.context_when_allocated),
+                    "frames": frame_dicts(block.context_when_allocated),
                 })
                 address += block.size
                 total_size += block.size
@@ -95,7 +92,7 @@ class SnapshotMixin:
                 "segment_type": "small" if head.pool.is_small else "large",
                 "segment_pool_id": head.pool.mempool_id,
                 "is_expandable": head.expandable_segment is not None,
-                "frames": _frames(head.context_when_segment_allocated),
+                "frames": frame_dicts(head.context_when_segment_allocated),
                 "blocks": blocks,
             })
         result.sort(key=lambda seg: seg["address"])

@@ -1,12 +1,15 @@
 """Allocator history: c10 ``TraceEntry`` and ``TraceEntryRingBuffer``.
 
-Entries are kept as tuples (cheap on the hot path) and become PyTorch's trace dicts only when a
+Entries are kept column by column (one list per field: no object per entry, so a long history
+gives the garbage collector nothing to scan) and become PyTorch's trace dicts only when a
 snapshot is taken. ``time_us`` comes from a logical clock (one tick per entry) so that the
 simulator stays deterministic; PyTorch records epoch microseconds.
 """
 from __future__ import annotations
 
 import sys
+
+from .frames import frame_dicts
 
 # c10 TraceEntry::Action names, as they appear in snapshots.
 ALLOC = "alloc"
@@ -37,38 +40,58 @@ def context_level(name) -> int:
         raise ValueError(f"context must be None, 'state', 'alloc' or 'all', not {name!r}") from None
 
 
+FIELDS = ("action", "addr", "size", "stream", "time_us", "frames", "user_metadata", "pool_id")
+
+
 class TraceRingBuffer:
     """Keeps at most ``max_entries`` entries, overwriting the oldest (c10 ring buffer)."""
 
-    __slots__ = ("max_entries", "entries", "next")
+    __slots__ = ("max_entries", "columns", "next")
 
     def __init__(self, max_entries: int = sys.maxsize):
         self.max_entries = max(1, max_entries)
-        self.entries = []
+        self.columns = tuple([] for _ in FIELDS)
         self.next = 0
 
     def set_max_entries(self, max_entries: int) -> None:
         self.max_entries = max(1, max_entries)
 
-    def insert(self, entry) -> None:
-        if len(self.entries) < self.max_entries:
-            self.entries.append(entry)
-        else:
-            self.entries[self.next] = entry
-            self.next += 1
-            if self.next == self.max_entries:
-                self.next = 0
+    def insert(self, action, addr, size, stream, time_us, frames, user_metadata,
+               pool_id) -> None:
+        c = self.columns
+        if len(c[0]) < self.max_entries:
+            c[0].append(action)
+            c[1].append(addr)
+            c[2].append(size)
+            c[3].append(stream)
+            c[4].append(time_us)
+            c[5].append(frames)
+            c[6].append(user_metadata)
+            c[7].append(pool_id)
+        else:  # full: overwrite the oldest entry
+            i = self.next
+            c[0][i] = action
+            c[1][i] = addr
+            c[2][i] = size
+            c[3][i] = stream
+            c[4][i] = time_us
+            c[5][i] = frames
+            c[6][i] = user_metadata
+            c[7][i] = pool_id
+            i += 1
+            self.next = 0 if i == self.max_entries else i
 
     def get(self) -> list:
-        """Entries oldest first."""
-        return self.entries[self.next:] + self.entries[:self.next]
+        """Entries oldest first, as tuples in ``FIELDS`` order."""
+        i = self.next
+        return list(zip(*(col[i:] + col[:i] for col in self.columns)))
 
     def clear(self) -> None:
-        self.entries = []
+        self.columns = tuple([] for _ in FIELDS)
         self.next = 0
 
     def __len__(self):
-        return len(self.entries)
+        return len(self.columns[0])
 
 
 def entry_to_dict(entry) -> dict:
@@ -83,5 +106,5 @@ def entry_to_dict(entry) -> dict:
     d["user_metadata"] = user_metadata
     d["pool_id"] = pool_id  # torch 2.13's TraceEntry docstring: the entry's memory pool
     if frames is not None:
-        d["frames"] = list(frames)
+        d["frames"] = frame_dicts(frames)
     return d

@@ -13,18 +13,21 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import traceback
 
 from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
                                  alloc_conf_from_environ, memory_summary)
+from gpumemlab.allocator import trace as _tr
 from gpumemlab.allocator.driver import CudaError as _AllocatorCudaError
+from gpumemlab.allocator.frames import capture as _capture_frames
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
 from .errors import CudaError, OutOfMemoryError
 from .pools_api import PoolsAPI
 from gpumemlab.units import format_size, parse_size
 
 _MAX_TOTAL_MEMORY = 1 << 50  # 1 PiB: far beyond any GPU, small enough to stay meaningful
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# Frames inside gpumemlab are left out of what is recorded (the learner's code is what matters).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_FRAME_LIMIT = 12  # frames kept per allocation, innermost first
 
 
 class SizeTooLargeError(OutOfMemoryError, ValueError):
@@ -74,18 +77,6 @@ class Allocation:
             return f"<Allocation of {format_size(self.nbytes)} (freed)>"
         return (f"<Allocation of {format_size(self.nbytes)} at {self.address:#x} "
                 f"(block {format_size(self.size)}, stream {self.stream})>")
-
-
-def _caller_frames(limit: int = 12) -> list:
-    """Python frames of the caller outside gpumemlab, innermost first (PyTorch's order)."""
-    frames = []
-    for fs in reversed(traceback.extract_stack(limit=limit + 8)):
-        if fs.filename.startswith(_PACKAGE_DIR):
-            continue
-        frames.append({"filename": fs.filename, "line": fs.lineno or 0, "name": fs.name})
-        if len(frames) >= limit:
-            break
-    return frames
 
 
 class SimulatedGPU(PoolsAPI):
@@ -162,7 +153,9 @@ class SimulatedGPU(PoolsAPI):
         if nbytes >= ONE_EXA_BYTES:
             raise SizeTooLargeError("CUDA out of memory. Tried to allocate more than 1EB memory.",
                                     requested_size=nbytes, device=self.device_index)
-        context = _caller_frames() if self.record_frames else None
+        # Frames are captured only when the allocator keeps them (c10 maybeGatherContext).
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
+                   and self.allocator.record_context_ >= _tr.STATE else None)
         try:
             with self._lock:
                 block = self.allocator.malloc(nbytes, stream, context)
@@ -178,7 +171,8 @@ class SimulatedGPU(PoolsAPI):
         allocation.free()
 
     def _free_block(self, block) -> None:
-        context = _caller_frames() if self.record_frames else None
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
+                   and self.allocator.record_context_ >= _tr.ALL else None)
         with self._lock:
             self.allocator.free(block, context)
 
@@ -230,8 +224,10 @@ class SimulatedGPU(PoolsAPI):
         return snap
 
     def empty_cache(self) -> None:
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
+                   and self.allocator.record_context_ >= _tr.ALL else None)
         with self._lock:
-            self.allocator.empty_cache(_caller_frames() if self.record_frames else None)
+            self.allocator.empty_cache(context)
 
     def reset_peak_memory_stats(self) -> None:
         self.allocator.reset_peak_stats()
