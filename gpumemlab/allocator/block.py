@@ -5,12 +5,25 @@ of Blocks through ``prev``/``next``, in address order. A pool keeps its free, ma
 ordered by ``BlockComparatorSize`` = (stream, size, address) so the best fit is a
 ``lower_bound``; expandable segments keep their unmapped address space in ``unmapped``, ordered
 by ``BlockComparatorAddress`` = (stream, address).
+
+The (stream, size, address) order is kept as one int per block, ``size_key``: stream, size and
+address side by side in 64-bit fields, so ints compare exactly as the tuples would (sizes and
+addresses are below 2**64, as ``size_t`` and pointers are), in a :class:`SortedKeys`.
 """
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 
 from .constants import AGGREGATE, LARGE_POOL, SMALL_POOL
+from .sorted_keys import SortedKeys
+
+
+def size_key(stream: int, size: int, ptr: int) -> int:
+    """``BlockComparatorSize`` order as one int: (stream, size, ptr) in 64-bit fields."""
+    return (stream << 128) | (size << 64) | ptr
+
+
+_PTR_MASK = (1 << 64) - 1
 
 
 class Block:
@@ -77,7 +90,7 @@ class BlockPool:
         # c10 get_stat_types_for_pool: the aggregate plus this pool's own StatType
         self.stat_types = (AGGREGATE, SMALL_POOL if is_small else LARGE_POOL)
         self.stats = None  # its allocator's SelectedStats for stat_types, set by the allocator
-        self.keys = []  # sorted (stream, size, ptr) of free mapped blocks
+        self.keys = SortedKeys()  # size_key of each free mapped block
         self.by_ptr = {}  # ptr -> Block for the blocks in `keys`
         self.unmapped_keys = []  # sorted (stream, ptr) of unmapped expandable space
         self.unmapped_by_ptr = {}
@@ -89,36 +102,42 @@ class BlockPool:
     def insert_into_blocks(self, block: Block) -> None:
         """c10 ``BlockPool::insert_into_blocks``: insert and restart the block's GC age."""
         block.gc_count_base = self.get_free_blocks_call_count
-        insort(self.keys, (block.stream, block.size, block.ptr))
+        self.keys.add(size_key(block.stream, block.size, block.ptr))
         self.by_ptr[block.ptr] = block
 
     def erase(self, block: Block) -> None:
-        key = (block.stream, block.size, block.ptr)
-        i = bisect_left(self.keys, key)
-        if i == len(self.keys) or self.keys[i] != key:
-            raise AssertionError(f"{block!r} is not in the free pool")
-        del self.keys[i]
+        try:
+            self.keys.remove(size_key(block.stream, block.size, block.ptr))
+        except KeyError:
+            raise AssertionError(f"{block!r} is not in the free pool") from None
         del self.by_ptr[block.ptr]
-
-    def erase_at(self, i: int) -> None:
-        """Erase the block at comparator position ``i`` (a ``lower_bound`` result)."""
-        key = self.keys.pop(i)
-        del self.by_ptr[key[2]]
 
     def contains(self, block: Block) -> bool:
         return self.by_ptr.get(block.ptr) is block
 
-    def lower_bound(self, stream, size) -> int:
-        """Index of the first free block ordered at or after (stream, size, address 0)."""
-        return bisect_left(self.keys, (stream, size, 0))
+    def _block(self, key):
+        return None if key is None else self.by_ptr[key & _PTR_MASK]
 
-    def block_at(self, i: int) -> Block:
-        return self.by_ptr[self.keys[i][2]]
+    def lower_bound(self, stream: int, size: int):
+        """The first free block ordered at or after (stream, size, address 0), or None."""
+        return self._block(self.keys.ceiling(size_key(stream, size, 0)))
+
+    def next_block(self, block: Block):
+        """The free block after ``block`` in comparator order (``++it``), or None."""
+        return self._block(self.keys.higher(size_key(block.stream, block.size, block.ptr)))
+
+    def block_before(self, stream: int, size: int):
+        """The last free block ordered before (stream, size, address 0) (``--lower_bound``)."""
+        return self._block(self.keys.lower(size_key(stream, size, 0)))
+
+    def prev_block(self, block: Block):
+        """The free block before ``block`` in comparator order (``--it``), or None."""
+        return self._block(self.keys.lower(size_key(block.stream, block.size, block.ptr)))
 
     def blocks(self) -> list:
         """The free blocks in comparator order (a copy: safe to mutate the pool meanwhile)."""
         by_ptr = self.by_ptr
-        return [by_ptr[k[2]] for k in self.keys]
+        return [by_ptr[k & _PTR_MASK] for k in self.keys]
 
     def __len__(self):
         return len(self.keys)

@@ -163,38 +163,33 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, PoolsMixi
         if self.allowed_memory_maximum is not None and config.garbage_collection_threshold > 0.0:
             # Track block reuse interval only when garbage collection is enabled.
             pool.get_free_blocks_call_count += 1
-        keys = pool.keys
         stream = p.stream
-        i = pool.lower_bound(stream, p.size)
-        if i == len(keys) or keys[i][0] != stream:
+        block = pool.lower_bound(stream, p.size)
+        if block is None or block.stream != stream:
             return False
-        block = pool.block_at(i)
         if block.expandable_segment is not None:
             if p.expandable_active:
                 # For best fit, an expandable block counts as the size it can grow to.
                 def expandable_size(b):
                     n = b.next
                     return b.size + (n.size if n is not None and not n.mapped else 0)
-                j = i + 1
-                while (block.expandable_segment is not None and j < len(keys)
-                       and keys[j][0] == stream
-                       and expandable_size(pool.block_at(j)) < expandable_size(block)):
-                    i = j
-                    block = pool.block_at(i)
-                    j += 1
+                nxt = pool.next_block(block)
+                while (block.expandable_segment is not None and nxt is not None
+                       and nxt.stream == stream and expandable_size(nxt) < expandable_size(block)):
+                    block = nxt
+                    nxt = pool.next_block(block)
             else:
                 # Expandable segments were turned off: only non-expandable blocks qualify.
-                i += 1
-                while (i < len(keys) and keys[i][0] == stream
-                       and pool.block_at(i).expandable_segment is not None):
-                    i += 1
-                if i == len(keys) or keys[i][0] != stream:
+                block = pool.next_block(block)
+                while (block is not None and block.stream == stream
+                       and block.expandable_segment is not None):
+                    block = pool.next_block(block)
+                if block is None or block.stream != stream:
                     return False
-                block = pool.block_at(i)
         if not oversize_allows(block.size, p.size, config):
             return False
         p.block = block
-        pool.erase_at(i)
+        pool.erase(block)
         return True
 
     def should_split(self, block: Block, size: int, expandable_active: bool) -> bool:

@@ -149,8 +149,12 @@ def check_invariants(alloc) -> None:
     _require(stats.allocated_bytes[AGGREGATE].current <= reserved <= alloc.driver.total_memory,
              "allocated <= reserved <= capacity does not hold")
     for pool in alloc.all_block_pools():
-        _require(pool.keys == sorted(pool.keys), "pool order broken")
+        try:
+            pool.keys.check()
+        except AssertionError as exc:
+            raise InvariantError(f"pool order broken: {exc}") from None
         _require(len(pool.keys) == len(pool.by_ptr), "pool index out of step")
+        _require(all(pool.contains(b) for b in pool.blocks()), "pool keys and blocks disagree")
     _check_private_pools(alloc, pool_reserved, pool_segments)
 
 

@@ -235,8 +235,8 @@ class PoolsMixin:
     def allocated_in_private_pools(self) -> int:
         """The OOM message's "allocated in private pools": c10 sums the *free cached* blocks of
         every private pool (its variable name says allocated)."""
-        return sum(key[1] for pp in self.graph_pools.values() for pool in pp.block_pools()
-                   for key in pool.keys)
+        return sum(b.size for pp in self.graph_pools.values() for pool in pp.block_pools()
+                   for b in pool.blocks())
 
     def private_pool_head_blocks(self, pp) -> list:
         """c10 ``get_private_pool_head_blocks``: first blocks of the pool's segments."""

@@ -44,30 +44,28 @@ class ReleaseMixin:
         pool = p.pool
         stream = p.stream
         key_size = max(p.size, max_split_size)
-        keys = pool.keys
-        i = pool.lower_bound(stream, key_size)
-        if (i == len(keys) or keys[i][0] != stream
-                or pool.block_at(i).expandable_segment is not None):
+        found = pool.lower_bound(stream, key_size)
+        if found is None or found.stream != stream or found.expandable_segment is not None:
             # No single (non-expandable) block is large enough; free multiple oversize blocks,
             # starting with the largest. Expandable blocks are skipped: their memory is
             # returned by unmapping pages.
-            if i == 0:
+            block = pool.block_before(stream, key_size)  # the largest block for this stream
+            if block is None:
                 return False
             total_released = 0
-            i -= 1
-            while (total_released < key_size and keys[i][1] >= max_split_size
-                   and keys[i][0] == stream):
-                cur = pool.block_at(i)
+            while (total_released < key_size and block.size >= max_split_size
+                   and block.stream == stream):
+                cur = block
+                block = pool.prev_block(cur)  # step back before cur leaves the pool
                 if cur.expandable_segment is None:
                     total_released += cur.size
                     self.release_block(cur, context)
-                if i == 0:
+                if block is None:
                     break
-                i -= 1
             if total_released < key_size:
                 return False
         else:
-            self.release_block(pool.block_at(i), context)
+            self.release_block(found, context)
         return True
 
     def release_blocks(self, pool, context) -> None:
