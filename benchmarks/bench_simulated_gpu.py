@@ -122,9 +122,9 @@ def _rss() -> int:
 
 def memory(args):
     events = workload(args.memory_events, seed=2)
+    gpu = gml.SimulatedGPU("1024TiB")  # imports the device module (and torch, for its errors)
     gc.collect()
     before = _rss()
-    gpu = gml.SimulatedGPU("1024TiB")
     run_events(gpu.empty, events)
     gc.collect()
     growth = _rss() - before
@@ -143,7 +143,7 @@ def make_snapshot(path: Path, entries: int, frames_per_entry: int = 4) -> int:
              for i in range(64)]
     alloc = DeviceCachingAllocator(80 * 1024 ** 3, record_history=True)
     live = []
-    events = workload(entries // 3 + 1, seed=4)  # alloc, free_requested, free_completed each
+    events = workload(entries * 2 // 3 + 1, seed=4)  # ~1.5 entries per event
     for kind, arg in events:
         if kind == "m":
             live.append(alloc.malloc(arg, 0, rng.choice(sites)))

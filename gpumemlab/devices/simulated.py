@@ -11,7 +11,6 @@ serialises the allocator's operations, as c10's per-device mutex does.
 from __future__ import annotations
 
 import os
-import sys
 import threading
 
 from gpumemlab.allocator import (ONE_EXA_BYTES, AllocatorConfig, DeviceCachingAllocator,
@@ -28,6 +27,11 @@ _MAX_TOTAL_MEMORY = 1 << 50  # 1 PiB: far beyond any GPU, small enough to stay m
 # Frames inside gpumemlab are left out of what is recorded (the learner's code is what matters).
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FRAME_LIMIT = 12  # frames kept per allocation, innermost first
+# The newest history entries a simulated GPU keeps unless told otherwise (a ring, as PyTorch's
+# max_entries). PyTorch's own default is unbounded; bounded here so a learner's long loop cannot
+# fill a laptop's memory (about 15 MiB of history at this size). Pass max_entries=sys.maxsize to
+# keep a whole trace.
+DEFAULT_MAX_ENTRIES = 100_000
 
 
 class SizeTooLargeError(OutOfMemoryError, ValueError):
@@ -88,6 +92,8 @@ class SimulatedGPU(PoolsAPI):
             ``PYTORCH_CUDA_ALLOC_CONF`` / ``PYTORCH_ALLOC_CONF`` from the environment, as PyTorch does.
         record_history: keep the allocator's history for ``snapshot()`` (like
             ``torch.cuda.memory._record_memory_history(max_entries=...)``).
+        max_entries: the newest history entries kept (a ring buffer); ``DEFAULT_MAX_ENTRIES``
+            (100,000) unless given, ``sys.maxsize`` for the whole history (PyTorch's default).
         record_frames: attach the caller's Python frames to each allocation.
         other_memory: bytes in use outside PyTorch's allocator (a real GPU loses a few hundred
             MiB to the CUDA context; other processes may hold more). 0 by default, so that every
@@ -97,7 +103,7 @@ class SimulatedGPU(PoolsAPI):
     kind = "simulated"
 
     def __init__(self, total_memory="24GiB", alloc_conf: str | None = None, *, device_index: int = 0,
-                 record_history: bool = True, max_entries: int = sys.maxsize,
+                 record_history: bool = True, max_entries: int = DEFAULT_MAX_ENTRIES,
                  record_frames: bool = True, name: str = "Simulated GPU", other_memory=0):
         total = parse_size(total_memory, name="total_memory")
         if total < 2 * 1024 * 1024:
@@ -253,9 +259,10 @@ class SimulatedGPU(PoolsAPI):
         return self.allocator.config.last_allocator_settings
 
     def record_memory_history(self, enabled: str | None = "all", context: str | None = "all",
-                              max_entries: int = sys.maxsize, skip_actions=None) -> None:
+                              max_entries: int = DEFAULT_MAX_ENTRIES, skip_actions=None) -> None:
         """``torch.cuda.memory._record_memory_history``: "all" keeps history, "state" keeps only
         the current state (a 1-entry buffer), None turns recording off and clears it;
+        ``max_entries`` bounds the history (``DEFAULT_MAX_ENTRIES`` unless given);
         ``skip_actions`` (e.g. ["free_requested"]) leaves those actions out of the history."""
         if enabled not in (None, "state", "all"):
             raise ValueError(f"enabled must be None, 'state' or 'all', not {enabled!r}")
