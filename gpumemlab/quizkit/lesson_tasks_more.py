@@ -148,3 +148,53 @@ def _judge_06(answer):
                        f"there is room for more"), figures
     return True, (f"{format_size(size)} fits and one page more ({format_size(size + PAGE_06)}) "
                   f"does not"), figures
+
+
+# -- 07: the largest batch that fits a card, with checkpointing
+def card_07() -> int:
+    """Lesson 07's tight card: halfway between the batch-32 peaks reserved without and with
+    checkpointing, in 2 MiB steps (computed from the replays, as the lesson does)."""
+    from gpumemlab.recordings.replay import replay
+    from gpumemlab.recordings.tiny_lm import record_step
+
+    off, on = (replay(record_step(32, ckpt=c)).peak_reserved for c in (False, True))
+    return (off + on) // 2 // (2 * MiB) * (2 * MiB)
+
+
+def exercise_card_07() -> int:
+    """The exercise's card: one and a half times the lesson's tight card, in 2 MiB steps."""
+    return card_07() * 3 // 2 // (2 * MiB) * (2 * MiB)
+
+
+def fits_07(batch: int, ckpt: bool, card: int) -> bool:
+    from gpumemlab.recordings.replay import replay
+    from gpumemlab.recordings.tiny_lm import record_step
+
+    return replay(record_step(batch, ckpt=ckpt), total_memory=card).oom is None
+
+
+@exercise("07.ex", "the largest batch with checkpointing",
+          "Lesson 07's model (gpumemlab.recordings.tiny_lm), one training step with "
+          "checkpointing, sequence 64, replayed on a card of "
+          "gpumemlab.quizkit.lesson_tasks_more.exercise_card_07() bytes (one and a half times "
+          "the lesson's tight card). What is the largest batch size whose step fits?",
+          "a whole number (the batch size)",
+          hints=("gml.replay(record_step(batch, ckpt=True), total_memory=card).oom is None means "
+                 "it fits.",
+                 "The peak grows with the batch: bisect between a batch that fits and one that "
+                 "does not.",
+                 "Answer the largest batch b that fits while b + 1 does not."),
+          stub=32)
+def _judge_07(answer):
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 1 <= answer <= 512:
+        raise AnswerShapeError("the answer must be a whole batch size from 1 to 512")
+    card = exercise_card_07()
+    fits = fits_07(answer, True, card)
+    more = fits_07(answer + 1, True, card) if fits else None
+    figures = {"batch": answer, "card_bytes": card, "fits": fits, "next_fits": more}
+    if not fits:
+        return False, f"batch {answer} runs out of memory on the {format_size(card)} card", figures
+    if more:
+        return False, f"batch {answer} fits, and so does batch {answer + 1}", figures
+    return True, (f"batch {answer} fits the {format_size(card)} card with checkpointing and "
+                  f"batch {answer + 1} does not"), figures

@@ -25,6 +25,8 @@ import os
 import sys
 import weakref
 
+from gpumemlab.units import format_size
+
 from .replay import replay
 
 __all__ = ["capture", "Capture", "CATEGORIES"]
@@ -113,7 +115,7 @@ class Capture:
 
     def __repr__(self):
         return (f"<Capture: {self.allocations} allocations, {len(self.trace)} trace entries, "
-                f"peak {self.peak_live_bytes()} bytes live>")
+                f"peak {format_size(self.peak_live_bytes())} live>")
 
     # --- context manager -----------------------------------------------------------------
     def __enter__(self):

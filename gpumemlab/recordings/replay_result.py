@@ -5,6 +5,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field
 
+from gpumemlab.units import format_size
+
 __all__ = ["ReplayError", "ReplayResult", "ReplayWarning", "Timeline"]
 
 
@@ -94,4 +96,4 @@ class ReplayResult:
         mism = ("" if self.address_mismatches is None
                 else f", {self.address_mismatches} address mismatches")
         return (f"<ReplayResult {self.alloc_conf or 'default settings'!r}: {self.allocations} "
-                f"allocations, peak reserved {self.peak_reserved} bytes, {oom}{mism}>")
+                f"allocations, peak reserved {format_size(self.peak_reserved)}, {oom}{mism}>")

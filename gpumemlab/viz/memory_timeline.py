@@ -13,6 +13,7 @@ replay's "unlimited" card) is named in the legend instead of stretching the axis
 """
 from __future__ import annotations
 
+from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES as UNLIMITED  # replay's "no limit"
 from gpumemlab.units import format_size
 from gpumemlab.viz.history import History
 from gpumemlab.viz.palette import COMPARE_COLOURS, OKABE_ITO, SERIES_STYLE, unit_for
@@ -161,8 +162,10 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
         ax.axhline(capacity / unit, color="black", ls="--", lw=0.8, gid="capacity",
                    label=f"device capacity {format_size(capacity)}")
     elif capacity:
-        ax.plot([], [], color="black", ls="--", lw=0.8, gid="capacity_off_scale",
-                label=f"device capacity {format_size(capacity)} (far above: not to scale)")
+        # a replay without a card size runs on a 4 TiB "unlimited" device: say so, not 4096 GiB
+        text = "no capacity limit (replayed without a card size)" if capacity >= UNLIMITED \
+            else f"device capacity {format_size(capacity)} (far above: not to scale)"
+        ax.plot([], [], color="black", ls="--", lw=0.8, gid="capacity_off_scale", label=text)
         ax.set_ylim(top=1.08 * top / unit)
     if cursor is not None:
         ax.axvline(cursor, color="black", lw=1.0, gid="cursor")

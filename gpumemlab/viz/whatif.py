@@ -204,8 +204,11 @@ def _summary(source) -> str:
     peak_r = max(data["reserved_bytes"], default=0)
     peak_a = max(data["allocated_bytes"], default=0)
     text = f"peak reserved {format_size(peak_r)}, peak allocated {format_size(peak_a)}"
-    if data.get("total_memory"):
+    from .memory_timeline import UNLIMITED
+    if data.get("total_memory") and data["total_memory"] < UNLIMITED:
         text += f" on a {format_size(data['total_memory'])} card"
+    elif data.get("total_memory"):
+        text += " with no capacity limit"
     return text + (f"; {ooms} out-of-memory error(s)" if ooms else "; no out-of-memory error")
 
 

@@ -35,56 +35,20 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # A decoder-style language model: embedding, four blocks of attention and MLP with layer norms,
 # an output head. `ckpt=True` wraps each block in `torch.utils.checkpoint.checkpoint(...,
 # use_reentrant=False)`. The weights are random and seeded: memory does not depend on what the
-# model has learned.
+# model has learned. `record_step` records one training step with `gml.capture`. The code lives
+# in the kit (`gpumemlab/recordings/tiny_lm.py`, printed here) so that this exercise's checker
+# records the very same step.
 
 # %%
-from torch import nn
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+import inspect
+from gpumemlab.recordings import tiny_lm
+from gpumemlab.recordings.tiny_lm import record_step
 
-VOCAB, D_MODEL, HEADS, LAYERS = 1000, 128, 4, 4
+print(inspect.getsource(tiny_lm.Block))
+print(inspect.getsource(tiny_lm.TinyLM))
+print(inspect.getsource(tiny_lm.record_step))
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln1, self.ln2 = nn.LayerNorm(D_MODEL), nn.LayerNorm(D_MODEL)
-        self.attn = nn.MultiheadAttention(D_MODEL, HEADS, batch_first=True)
-        self.mlp = nn.Sequential(nn.Linear(D_MODEL, 4 * D_MODEL), nn.GELU(), nn.Linear(4 * D_MODEL, D_MODEL))
-
-    def forward(self, x):
-        h = self.ln1(x)
-        x = x + self.attn(h, h, h, need_weights=False)[0]
-        return x + self.mlp(self.ln2(x))
-
-class TinyLM(nn.Module):
-    def __init__(self, ckpt=False):
-        super().__init__()
-        self.embed = nn.Embedding(VOCAB, D_MODEL)
-        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
-        self.head = nn.Linear(D_MODEL, VOCAB)
-        self.ckpt = ckpt
-
-    def forward(self, tokens):
-        x = self.embed(tokens)
-        for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False) if self.ckpt else block(x)
-        return self.head(x)
-
-def record_step(batch, seq=64, ckpt=False):
-    """One training step (forward, loss, backward, Adam step) recorded with gml.capture."""
-    torch.manual_seed(0)
-    model = TinyLM(ckpt)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    tokens = torch.randint(0, VOCAB, (batch, seq + 1))
-    with gml.capture(model, opt, frames=False) as rec:
-        logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        del logits, loss
-    return rec
-
+# %%
 rec = record_step(batch=8)
 print(rec)
 for category, nbytes in rec.bytes_by_category().items():
@@ -100,6 +64,10 @@ for category, nbytes in rec.bytes_by_category().items():
 # `gml.replay(rec)` runs the recorded allocations and frees, in order, through the allocator
 # model: the same rounding, pools, segments and best-fit as on a real card. `peak_allocated` is
 # what live tensors needed at most; `peak_reserved` is what the cache held from the driver.
+# From the category table above, guess the peak first:
+
+# %% tags=["predict"]
+gml.predict("07.p1", "Batch 8: how much will peak allocated memory be during the step?")
 
 # %%
 result = gml.replay(rec)
@@ -107,6 +75,9 @@ print(result)
 print(f"peak live storages (capture, no rounding): {gml.format_size(rec.peak_live_bytes())}")
 print(f"peak allocated (replay, after round_size):  {gml.format_size(result.peak_allocated)}")
 print(f"peak reserved (replay, segments):           {gml.format_size(result.peak_reserved)}")
+gml.reveal("07.p1", result.peak_allocated)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert result.oom is None
 assert result.peak_allocated >= rec.peak_live_bytes() and result.peak_reserved >= result.peak_allocated
 
@@ -114,6 +85,10 @@ assert result.peak_allocated >= rec.peak_live_bytes() and result.peak_reserved >
 # ## Batch size and checkpointing
 #
 # Now the same step for batches of 8, 16 and 32, with and without checkpointing.
+
+# %% tags=["predict"]
+gml.predict("07.p2", "Without checkpointing, how many times batch 8's peak allocated will batch 32 need?",
+            kind="number", unit="times")
 
 # %%
 rows = {}
@@ -126,15 +101,21 @@ for batch in (8, 16, 32):
               f"{gml.format_size(r.bytes_by_category()['activation']):>11}, peak allocated "
               f"{gml.format_size(res.peak_allocated):>11}, peak reserved {gml.format_size(res.peak_reserved):>11}")
 peak = {k: v[1].peak_allocated for k, v in rows.items()}
+print(f"batch 32 / batch 8 peak allocated, no checkpointing: {peak[32, False] / peak[8, False]:.2f} times")
+gml.reveal("07.p2", round(peak[32, False] / peak[8, False], 2))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert peak[8, False] < peak[16, False] < peak[32, False]          # activations grow with the batch
 assert all(peak[b, True] < peak[b, False] for b in (8, 16, 32))    # checkpointing keeps less
 
 # %% [markdown]
-# Without checkpointing the activation memory, and with it the peak, grows in proportion to the
-# batch. With checkpointing only each block's input is kept; the block's internals are
-# recomputed in backward, one block at a time. The cost is compute: the forward pass of every
-# block runs twice (typically about a third more time per step), which is the trade the
-# category table shows as far more *temporary* bytes.
+# Without checkpointing the activation memory grows in proportion to the batch (the
+# activations column: four times the batch, four times the bytes), and the peak grows less than
+# that because the weights, gradients and optimizer state do not depend on the batch. With
+# checkpointing only each block's input is kept; the block's internals are recomputed in
+# backward, one block at a time. The cost is compute: the forward pass of every block runs
+# twice, which the category table shows as far more *temporary* bytes, and the clock shows as a
+# longer step (measured below with torch on this CPU).
 
 # %%
 for batch in (8, 32):
@@ -143,19 +124,56 @@ for batch in (8, 32):
           f"(recomputation), activations {gml.format_size(off['activation'])} -> {gml.format_size(on['activation'])}")
 
 # %%
+import statistics, time
+import torch.nn.functional as F
+
+def step_seconds(ckpt, batch=8, seq=64, repeats=3):
+    """Median wall time of one training step on this CPU (no capture)."""
+    torch.manual_seed(0)
+    model = tiny_lm.TinyLM(ckpt)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, tiny_lm.VOCAB, (batch, seq + 1))
+    times = []
+    for _ in range(repeats + 1):                     # the first run warms up
+        start = time.perf_counter()
+        loss = F.cross_entropy(model(tokens[:, :-1]).reshape(-1, tiny_lm.VOCAB), tokens[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[1:])
+
+plain_s, ckpt_s = step_seconds(False), step_seconds(True)
+print(f"batch 8 step on this CPU: {1000 * plain_s:.1f} ms without checkpointing, {1000 * ckpt_s:.1f} ms with it "
+      f"({100 * (ckpt_s / plain_s - 1):+.0f}%)")
+
+# %%
 fig = gml.timeline([rows[32, False][1], rows[32, True][1]], labels=["batch 32", "batch 32, checkpointing"])
 fig
 
 # %% [markdown]
 # ## Sequence length
 #
-# Attention materializes a score matrix per head of size sequence × sequence, so doubling the
-# sequence length more than doubles those activations.
+# Most activations grow in proportion to the sequence length; the attention scores, a
+# sequence × sequence matrix per head, grow with its square. The table prints, for each doubling,
+# by how much the activations kept for backward and the peak grow.
 
 # %%
+seq_rows = {}
 for seq in (32, 64, 128):
-    res = gml.replay(record_step(8, seq=seq))
-    print(f"batch 8, sequence {seq:4}: peak allocated {gml.format_size(res.peak_allocated):>11}")
+    r = record_step(8, seq=seq)
+    seq_rows[seq] = (r.bytes_by_category()["activation"], gml.replay(r).peak_allocated)
+previous = None
+for seq, (act, pk) in seq_rows.items():
+    growth = "" if previous is None else f"  (x{act / previous[0]:.2f} activations, x{pk / previous[1]:.2f} peak)"
+    print(f"batch 8, sequence {seq:4}: activations {gml.format_size(act):>11}, peak allocated {gml.format_size(pk):>11}{growth}")
+    previous = (act, pk)
+
+# %% [markdown]
+# Doubling the sequence roughly doubles the activations here (the ratios above): at this size
+# the score matrices are a small part of them; they would dominate at long sequences. The peak
+# grows by less, because the weights, gradients and Adam's state do not depend on the
+# sequence at all.
 
 # %% [markdown]
 # ## A card that is too small
@@ -172,7 +190,17 @@ tight_on = gml.replay(rows[32, True][0], total_memory=card)
 print(f"card of {gml.format_size(card)}:")
 print(f"  batch 32, no checkpointing: {'OOM: ' + tight_off.oom['message'].split('. If')[0] if tight_off.oom else 'fits'}")
 print(f"  batch 32, checkpointing:    {'OOM' if tight_on.oom else 'fits'}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert tight_off.oom is not None and tight_on.oom is None
+
+# %% [markdown]
+# How far does checkpointing stretch this card? The next cell tries batches 8, 16, 24, 32, 48
+# and 64 each way.
+
+# %% tags=["predict"]
+gml.predict("07.p3", "On this card, with checkpointing, what is the largest of the batches 8, 16, 24, 32, 48, 64 that fits?",
+            kind="number", unit="samples per batch")
 
 
 # %%
@@ -187,7 +215,27 @@ def largest_batch(ckpt, card, batches=(8, 16, 24, 32, 48, 64)):
 
 fit_off, fit_on = largest_batch(False, card), largest_batch(True, card)
 print(f"largest batch on {gml.format_size(card)}: {fit_off} without checkpointing, {fit_on} with it")
+gml.reveal("07.p3", fit_on)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert fit_on > fit_off
+
+
+# %% [markdown]
+# ## Try it: batch, checkpointing, card
+#
+# The controls replay the recorded step for the batch, the checkpointing choice and the card you
+# pick, and redraw the block map at the peak and the timeline. (The recordings of these batches
+# were made above with torch; an update replays one on the simulated GPU and draws it.)
+
+# %%
+def step_on_card(batch, checkpointing, card_size):
+    limit = None if card_size == "no limit" else card_size
+    return gml.replay(record_step(batch, ckpt=checkpointing == "on"), total_memory=limit)
+
+controls = gml.whatif(step_on_card, batch=[8, 16, 24, 32], checkpointing=["off", "on"],
+                      card_size=["no limit", card, 2 * card], title="one training step")
+controls
 
 # %% [markdown]
 # ## Offload and recompute
@@ -210,6 +258,20 @@ r32, res32 = rows[32, False]
 act = r32.bytes_by_category()["activation"]
 print(f"batch 32: activations kept for backward {gml.format_size(act)} "
       f"of a {gml.format_size(res32.peak_allocated)} peak ({100 * act / res32.peak_allocated:.0f}%)")
+
+# %% [markdown]
+# ## Exercise: the largest batch with checkpointing
+#
+# On a card one and a half times the size of the tight card above, with checkpointing, what is
+# the largest batch size (any whole number) whose step fits? The check records the step for your
+# batch and the next one with torch and replays both on that card.
+
+# %% tags=["exercise"]
+gml.exercise("07.ex")
+from gpumemlab.quizkit.lesson_tasks_more import exercise_card_07
+print(f"the exercise's card: {gml.format_size(exercise_card_07())}")
+my_batch = 32              # change this
+gml.exercise.check("07.ex", my_batch)
 
 # %% [markdown]
 # ## On a real GPU
