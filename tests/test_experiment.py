@@ -49,6 +49,17 @@ def test_a_difference_is_shown_first():
     assert r.equal is False and "1 difference(s), first: step 2" in str(r)
 
 
+def test_what_the_card_gave_is_said_once():
+    def with_budget_lines(scenario, budget):
+        return dict(_child_on_model(scenario, budget), budget="using at most 2.00 GiB of GPU 0",
+                    released="closed the CudaGPU: freed 0 live allocation(s)")
+    lines = str(gml.experiment(["kv_contiguous", "kv_paged"], gml.SimulatedGPU("2GiB"),
+                               measure=with_budget_lines)).splitlines()
+    assert len(lines) == 3 and lines[2] == ("On the card (a fresh process each): using at most "
+                                            "2.00 GiB of GPU 0; closed the CudaGPU: freed 0 "
+                                            "live allocation(s)")
+
+
 def test_a_card_that_could_not_run_it():
     def busy(scenario, budget):
         return {"name": scenario.name, "steps": [], "oom_step": None, "segments": [],

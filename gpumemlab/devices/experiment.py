@@ -79,7 +79,12 @@ class Experiment(list):
             return "\n".join(["Not a CUDA GPU here (gml.device() gave the simulator), so these "
                               "are the model's predictions alone:"] +
                              [r.line(said_no_cuda=True) for r in self])
-        return "\n".join(r.line() for r in self)
+        lines = [r.line() for r in self]
+        said = [r.measured for r in self if r.measured and r.measured.get("budget")]
+        if said:               # what the last measurement took from the card and gave back
+            lines.append(f"On the card (a fresh process each): {said[-1]['budget']}; "
+                         f"{said[-1].get('released', '')}")
+        return "\n".join(lines)
 
     @property
     def equal(self):

@@ -5,7 +5,8 @@
 On ``cuda`` the device is a ``CudaGPU`` of the budget (``PYTORCH_CUDA_ALLOC_CONF``, set by the
 parent, is read by PyTorch at start-up); its statistics are reset before the scenario so both
 sides count from zero. Any failure (a CUDA error, a refused budget) is caught and sent back as the
-summary's ``error``, with the steps done until then. ``--snapshot`` writes the scenario's
+summary's ``error``, with the steps done until then. On ``cuda`` the summary also says what the
+CudaGPU took (``budget``) and gave back when closed (``released``). ``--snapshot`` writes the scenario's
 snapshot as a pickle (what ``torch.cuda.memory._dump_snapshot`` writes), with its Python stack
 frames dropped: they name only this kit's own scenario code, a replay does not read them, and
 without them a recording is small enough to commit.
@@ -79,12 +80,13 @@ def main(argv=None) -> int:
         first = (str(exc).splitlines() or [""])[0]
         result = {"name": args.name, "steps": [], "oom_step": None, "segments": [], "stats": {},
                   "error": f"{type(exc).__name__}: {first}"}
-    print(_MARK + json.dumps(result), flush=True)
     if gpu is not None and gpu.kind == "cuda":
+        result["budget"] = gpu.budget_message      # what it took, and (below) gave back
         try:
-            gpu.close()
+            result["released"] = gpu.close()
         except Exception as exc:       # after a CUDA error the context may be unusable
-            print(f"closing the CudaGPU failed: {exc}", file=sys.stderr)
+            result["released"] = f"closing the CudaGPU failed: {type(exc).__name__}: {exc}"
+    print(_MARK + json.dumps(result), flush=True)
     return 0
 
 
