@@ -61,6 +61,15 @@ def _largest_batch_07():
 RIGHT["07.ex"] = _largest_batch_07
 
 
+def _block_08():
+    # the largest power of two whose waste, simulated, stays under the limit
+    from gpumemlab.quizkit.lesson_tasks_more import WASTE_LIMIT_08, waste_08
+    return max(b for b in (8, 16, 32, 64, 128) if waste_08(b) < WASTE_LIMIT_08)
+
+
+RIGHT["08.ex"] = _block_08
+
+
 @pytest.fixture
 def ex(tmp_path):
     return Exercises(tmp_path / "progress.json")

@@ -198,3 +198,48 @@ def _judge_07(answer):
         return False, f"batch {answer} fits, and so does batch {answer + 1}", figures
     return True, (f"batch {answer} fits the {format_size(card)} card with checkpointing and "
                   f"batch {answer + 1} does not"), figures
+
+
+# -- 08: size the KV cache blocks for a workload
+WASTE_LIMIT_08 = 0.05
+
+
+def waste_08(block_size: int) -> float:
+    """Share of KV memory lost to reserved-but-empty and internally fragmented slots when
+    lesson 08's workload (400 ShareGPT-like requests, seed 0, OPT-13B, 12 GiB) is served paged
+    with ``block_size`` tokens per block."""
+    from gpumemlab.kvcache.simulator import simulate
+    from gpumemlab.kvcache.workloads import sharegpt_like
+
+    shares = simulate("paged", sharegpt_like(400, seed=0), "12GiB", model="opt-13b",
+                      block_size=block_size).shares
+    return shares["reserved"] + shares["internal_fragmentation"]
+
+
+@exercise("08.ex", "size the KV cache blocks",
+          "Lesson 08's workload (400 ShareGPT-like requests, seed 0, OPT-13B, 12 GiB of KV memory) "
+          "served by the paged strategy: choose the LARGEST block size, a power of two from 1 to "
+          "256 tokens, for which the slots held but not filled (reserved + internal "
+          "fragmentation) stay below 5 % of the KV memory. Larger blocks mean shorter block "
+          "tables and more efficient attention kernels.",
+          "a power of two from 1 to 256 (tokens per block)",
+          hints=("A request wastes at most one partly filled block, its last one.",
+                 "The waste grows with the block size: the sweep table of the lesson shows it.",
+                 "Try kv.simulate('paged', workload, '12GiB', block_size=b).shares."),
+          stub=256)
+def _judge_08(answer):
+    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 1 or answer > 256 \
+            or answer & (answer - 1):
+        raise AnswerShapeError("the answer must be a power of two from 1 to 256")
+    waste = waste_08(answer)
+    bigger = waste_08(2 * answer) if waste < WASTE_LIMIT_08 and answer < 256 else None
+    figures = {"block_size": answer, "waste_share": waste, "double_block_waste_share": bigger}
+    if waste >= WASTE_LIMIT_08:
+        return False, (f"with {answer}-token blocks {100 * waste:.1f} % of the KV memory is held "
+                       f"but not filled: above 5 %"), figures
+    if bigger is not None and bigger < WASTE_LIMIT_08:
+        return False, (f"{answer}-token blocks waste {100 * waste:.1f} %, and {2 * answer}-token "
+                       f"blocks still only {100 * bigger:.1f} %: a larger block size fits"), figures
+    return True, (f"{answer}-token blocks waste {100 * waste:.1f} %" +
+                  (f"; {2 * answer} would waste {100 * bigger:.1f} %" if bigger is not None
+                   else "")), figures

@@ -33,7 +33,11 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # %% [markdown]
 # ## How big is a KV cache?
 #
-# Per token: 2 (K and V) × layers × KV heads × head size × bytes per number.
+# Per token: 2 (K and V) × layers × KV heads × head size × bytes per number. OPT-13B has 40
+# layers, 40 heads of 128 numbers, in float16 (2 bytes).
+
+# %% tags=["predict"]
+gml.predict("08.p1", "How much KV cache does OPT-13B need per token?")
 
 # %%
 opt = kv.model_shape("opt-13b")
@@ -41,10 +45,13 @@ per_token = opt.kv_bytes_per_token
 print(f"{opt.name}: {opt.num_layers} layers, {opt.num_kv_heads} KV heads of {opt.head_dim}, {opt.dtype}")
 print(f"KV cache per token: {gml.format_size(per_token)}; one request of {opt.max_seq_len} tokens: "
       f"{gml.format_size(per_token * opt.max_seq_len)}")
-assert per_token == 2 * opt.num_layers * opt.num_kv_heads * opt.head_dim * 2
+gml.reveal("08.p1", per_token)
 for name in ("llama-2-7b", "llama-3-8b", "mistral-7b"):
     shape = kv.model_shape(name)
     print(f"  {shape.name:30} {gml.format_size(shape.kv_bytes_per_token):>12} per token")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert per_token == 2 * opt.num_layers * opt.num_kv_heads * opt.head_dim * 2
 
 # %% [markdown]
 # ## Contiguous reservations through a caching allocator
@@ -65,6 +72,10 @@ for name in ("llama-2-7b", "llama-3-8b", "mistral-7b"):
 # (slots it will never use), and **external fragmentation & others** (memory between buffers that
 # no request can use).
 
+# %% tags=["predict"]
+gml.predict("08.p2", "Served paged (vLLM), what percentage of the KV memory holds real token states on average?",
+            kind="number", unit="%")
+
 # %%
 workload = kv.sharegpt_like(400, seed=0)
 print(workload.describe())
@@ -75,6 +86,9 @@ for s, r in results.items():
     print(f"{r.label:22}{100 * sh['token_states']:8.1f}%{100 * sh['reserved']:9.1f}%"
           f"{100 * sh['internal_fragmentation']:9.1f}%"
           f"{100 * (sh['external_fragmentation'] + sh['unused']):11.1f}%{r.mean_batch_size:12.2f}")
+gml.reveal("08.p2", round(100 * results["paged"].token_states, 1))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert results["paged"].token_states > 0.9
 assert max(r.token_states for s, r in results.items() if s != "paged") < 0.6
 assert results["paged"].mean_batch_size > 1.5 * results["orca-oracle"].mean_batch_size
@@ -96,8 +110,32 @@ fig = comparison.figure("sharegpt")
 fig
 
 # %% [markdown]
-# The second numbers are the paper's (Fig. 2 and §6) for comparison; ours come from a synthetic
-# workload and a simplified server, so they agree in shape, not to the decimal.
+# The second numbers are the paper's (Fig. 2), measured on the real ShareGPT trace with real
+# servers; ours come from a synthetic ShareGPT-like workload and a simplified server. The cell
+# below prints where they agree and where they do not.
+
+# %%
+from gpumemlab.kvcache import paper
+ours = {s: r for (w, s), r in comparison.results.items() if w == "sharegpt"}
+order_ours = sorted(paper.FIG2_BREAKDOWN, key=lambda s: ours[s].shares["token_states"])
+order_paper = sorted(paper.FIG2_BREAKDOWN, key=lambda s: paper.FIG2_BREAKDOWN[s]["token_states"])
+print("token-state share, lowest first: ours", order_ours, "| paper", order_paper)
+for s in ("orca-pow2", "orca-oracle"):
+    sh, ref = ours[s].shares, paper.FIG2_BREAKDOWN[s]
+    ext = 100 * (sh["external_fragmentation"] + sh["unused"])
+    print(f"{s:12}: external + others {ext:4.1f} % (paper {ref['external_and_others']:4.1f} %), "
+          f"token states {100 * sh['token_states']:4.1f} % (paper {ref['token_states']:4.1f} %), "
+          f"reserved {100 * sh['reserved']:4.1f} % (paper {ref['reserved']:4.1f} %)")
+
+# %% [markdown]
+# The ordering of the strategies is the paper's, and Orca (Max)'s breakdown is close to it. The
+# external fragmentation of Orca (Pow2) and Orca (Oracle) is not: ours is about a quarter to a
+# third of the paper's 41.6 % and 36.6 % (the numbers above), and the difference went into token
+# states and reserved slots. Our server places every buffer with the simulated caching allocator,
+# whose best fit reuses the freed buffers of finished requests, and it admits the first waiting
+# request (first come, first served) as soon as the allocator can place its buffer; the paper's
+# bar also holds "others", which it does not break down. So the kit reproduces why paging wins (internal fragmentation and reservations), not the
+# size of the paper's external fragmentation.
 #
 # ## A paged KV cache in torch
 #
@@ -120,6 +158,8 @@ for seq in lengths:
     print(f"{seq}: {cache.seq_len(seq):3} tokens -> blocks {cache.block_table(seq)}")
 usage = cache.memory_usage()
 print({k: gml.format_size(v) for k, v in usage.items()})
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 # each sequence wastes at most one partly filled block
 assert usage["internal_fragmentation_bytes"] < len(lengths) * cache.block_nbytes
 assert usage["used_bytes"] == sum(-(-n // BLOCK) for n in lengths.values()) * cache.block_nbytes
@@ -133,12 +173,15 @@ import torch.nn.functional as F
 seqs = list(lengths)
 q = torch.randn(len(seqs), HEADS, HEAD_DIM, generator=g)          # one new token per sequence
 paged = kv.paged_attention(q, cache, seqs)
+differences = []
 for i, seq in enumerate(seqs):
     k, v = contiguous[seq]
     ref = F.scaled_dot_product_attention(q[i].unsqueeze(1), k.transpose(0, 1), v.transpose(0, 1)).squeeze(1)
-    assert torch.allclose(paged[i], ref, atol=1e-5), seq
-print(f"paged attention matches SDPA for {len(seqs)} sequences; max difference "
-      f"{max((paged[i] - F.scaled_dot_product_attention(q[i].unsqueeze(1), contiguous[s][0].transpose(0, 1), contiguous[s][1].transpose(0, 1)).squeeze(1)).abs().max().item() for i, s in enumerate(seqs)):.1e}")
+    differences.append((paged[i] - ref).abs().max().item())
+print(f"paged attention against SDPA for {len(seqs)} sequences: largest difference {max(differences):.1e}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert max(differences) < 1e-5
 
 # %% [markdown]
 # ## Sharing with copy-on-write
@@ -165,6 +208,8 @@ print("after one token each:", {s: cache.block_table(s) for s in cache.sequences
 usage = cache.memory_usage()
 print(f"blocks taken by the three writes: {before - cache.num_free_blocks}; "
       f"saved by sharing: {gml.format_size(usage['shared_saving_bytes'])}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert all(cache.block_table(f"sample-{i}")[0] == shared[0] for i in range(3))   # full block still shared
 assert len({cache.block_table(f"sample-{i}")[1] for i in range(3)}) == 3          # last block copied
 
@@ -186,6 +231,8 @@ print(comparison.sharing_table())
 # %%
 print(comparison.sweep_table())
 sweep = {b: r for (w, b), r in comparison.sweep.items() if w == "sharegpt"}
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert sweep[16].token_states > sweep[256].token_states
 
 # %% [markdown]
@@ -207,6 +254,19 @@ assert sweep[16].token_states > sweep[256].token_states
 
 # %%
 print(gml.experiment(["kv_contiguous", "kv_paged"], gpu))
+
+# %% [markdown]
+# ## Exercise: size the KV cache blocks
+#
+# For the workload above, served paged: choose the **largest** block size (a power of two, 1 to
+# 256 tokens) for which the slots held but not yet filled (reserved + internal fragmentation)
+# stay below 5 % of the KV memory. The check serves the workload with your block size and with
+# twice it.
+
+# %% tags=["exercise"]
+gml.exercise("08.ex")
+my_block_size = 256        # change this
+gml.exercise.check("08.ex", my_block_size)
 
 # %%
 gml.quiz("08")
