@@ -1,0 +1,161 @@
+"""Doctor speed: loading a big snapshot with frames, and the settings search on a 100k-entry recording.
+
+Run: python benchmarks/bench_doctor.py [--entries N] [--search-entries N] [--skip-torch]
+Prints figures and ratios. Targets (issue 11): load a 2M-entry snapshot with frames at least as fast
+as ``python -m torch.cuda._memory_viz stats FILE`` on the same file; the doctor's settings search
+on a 100k-entry recording in under 30 s on one core.
+
+* load: ``load_snapshot`` (restricted unpickler + normalisation) with the garbage collector paused
+  (what it does) and running (what it did), against ``_memory_viz stats`` (plain ``pickle.load``
+  plus its statistics) in a subprocess, and the cost of normalising again (what a ``Snapshot``
+  passed to replay skips).
+* search: ``gml.doctor`` on a recording that ran out of memory: the faithful replay, every
+  candidate setting and the smallest-card binary search.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import pickle
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpumemlab.allocator import DeviceCachingAllocator, OutOfMemoryError  # noqa: E402
+from gpumemlab.recordings import files  # noqa: E402
+from gpumemlab.recordings.files import load_snapshot, normalize_snapshot  # noqa: E402
+
+MiB = 1024 * 1024
+_SITES = [(f"/home/user/project/model/layer_{k % 13}.py", 10 + 7 * k, f"forward_{k % 5}")
+          for k in range(40)] + [("/usr/lib/python3/site-packages/torch/nn/modules/module.py",
+                                  1751, "_call_impl")]
+
+
+def _frames(rng):
+    # a new dict and new strings per frame, as a recording converted from C++ stacks has
+    return [{"filename": "".join(f), "line": line, "name": "".join(n)}
+            for f, line, n in (rng.choice(_SITES) for _ in range(6))]
+
+
+def make_recording(entries: int, seed: int = 0, capacity=80 * 1024 * MiB) -> dict:
+    """A seeded run on the model with history, every trace entry given six frames."""
+    rng = random.Random(seed)
+    alloc = DeviceCachingAllocator(capacity, record_history=True, record_context=None)
+    live = []
+    while len(alloc.alloc_buffer) < entries:
+        if live and (len(live) > 400 or rng.random() < 0.48):
+            alloc.free(live.pop(rng.randrange(len(live))))
+        else:
+            r = rng.random()
+            size = (rng.randint(1, 512 * 1024) if r < 0.6 else
+                    rng.randint(MiB, 16 * MiB) if r < 0.95 else rng.randint(16 * MiB, 256 * MiB))
+            try:
+                live.append(alloc.malloc(size))
+            except OutOfMemoryError:
+                for _ in range(len(live) // 2):
+                    alloc.free(live.pop(rng.randrange(len(live))))
+    snap = alloc.snapshot()
+    snap["device_traces"][0] = snap["device_traces"][0][:entries]
+    for e in snap["device_traces"][0]:
+        e["frames"] = _frames(rng)
+    return snap
+
+
+def _time(fn, repeat=1):
+    best = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        dt = time.perf_counter() - t0
+        best = dt if best is None else min(best, dt)
+    return best, out
+
+
+def bench_load(entries: int, skip_torch: bool) -> None:
+    t0 = time.perf_counter()
+    snap = make_recording(entries)
+    made = time.perf_counter() - t0
+    path = Path(tempfile.mkdtemp()) / "big.pickle"
+    with open(path, "wb") as f:
+        pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
+    del snap
+    size = os.path.getsize(path)
+    print(f"load: {entries} entries with 6 frames each, {size / MiB:.0f} MiB pickle "
+          f"(made in {made:.1f} s)")
+    t_paused, loaded = _time(lambda: load_snapshot(path))
+    paused = files._gc_paused
+    files._gc_paused = _gc_running            # what load_snapshot did before
+    try:
+        t_running, _ = _time(lambda: load_snapshot(path))
+    finally:
+        files._gc_paused = paused
+    print(f"  load_snapshot, collector paused:  {t_paused:6.2f} s")
+    print(f"  load_snapshot, collector running: {t_running:6.2f} s  "
+          f"(pausing it: {t_running / t_paused:.1f}x faster)")
+    t_norm, _ = _time(lambda: normalize_snapshot(loaded, source="again"))
+    print(f"  normalising the loaded dict again: {t_norm:6.2f} s (skipped for a Snapshot passed "
+          f"on: read_snapshot returns it as is)")
+    if skip_torch:
+        return
+    cmd = [sys.executable, "-m", "torch.cuda._memory_viz", "stats", str(path)]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    t_viz = time.perf_counter() - t0
+    if run.returncode != 0:
+        print(f"  torch.cuda._memory_viz stats failed: {run.stderr.strip()[-200:]}")
+        return
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True)
+    t_import = time.perf_counter() - t0
+    print(f"  python -m torch.cuda._memory_viz stats: {t_viz:6.2f} s wall "
+          f"({t_viz - t_import:.2f} s after importing torch, which takes {t_import:.2f} s)")
+    print(f"  ratio _memory_viz / load_snapshot: {t_viz / t_paused:.2f} "
+          f"(without torch's import: {(t_viz - t_import) / t_paused:.2f}); target >= 1")
+    path.unlink()
+
+
+class _gc_running:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def bench_search(entries: int) -> None:
+    import gpumemlab as gml
+    rng_snap = make_recording(entries, seed=1, capacity=2 * 1024 * MiB)
+    trace = rng_snap["device_traces"][0]
+    ooms = sum(e["action"] == "oom" for e in trace)
+    for e in trace:
+        e.pop("frames")
+    print(f"search: {len(trace)} entries, {ooms} recorded OOMs, one core")
+    gc.collect()
+    t, d = _time(lambda: gml.doctor(rng_snap))
+    card = d.details.get("smallest_card") or {}
+    print(f"  gml.doctor: {t:6.2f} s for the faithful replay, {len(d.fixes)} fixes "
+          f"({sum(bool(f.alloc_conf) for f in d.fixes)} settings replayed) and the smallest card "
+          f"({card.get('replays')} replays); kind {d.kind}, recommended "
+          f"{d.recommended.name if d.recommended else None}; target < 30 s")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=2_000_000)
+    ap.add_argument("--search-entries", type=int, default=100_000)
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--skip-load", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.skip_load:
+        bench_load(args.entries, args.skip_torch)
+    bench_search(args.search_entries)
+
+
+if __name__ == "__main__":
+    main()
