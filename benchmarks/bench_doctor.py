@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpumemlab.allocator import DeviceCachingAllocator, OutOfMemoryError  # noqa: E402
-from gpumemlab.recordings import files  # noqa: E402
+from gpumemlab.recordings import collector  # noqa: E402
 from gpumemlab.recordings.files import load_snapshot, normalize_snapshot  # noqa: E402
 
 MiB = 1024 * 1024
@@ -89,12 +89,12 @@ def bench_load(entries: int, skip_torch: bool) -> None:
     print(f"load: {entries} entries with 6 frames each, {size / MiB:.0f} MiB pickle "
           f"(made in {made:.1f} s)")
     t_paused, loaded = _time(lambda: load_snapshot(path))
-    paused = files._gc_paused
-    files._gc_paused = _gc_running            # what load_snapshot did before
+    paused = collector.gc_paused
+    collector.gc_paused = _gc_running          # what load_snapshot did before
     try:
         t_running, _ = _time(lambda: load_snapshot(path))
     finally:
-        files._gc_paused = paused
+        collector.gc_paused = paused
     print(f"  load_snapshot, collector paused:  {t_paused:6.2f} s")
     print(f"  load_snapshot, collector running: {t_running:6.2f} s  "
           f"(pausing it: {t_running / t_paused:.1f}x faster)")

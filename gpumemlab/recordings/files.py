@@ -14,8 +14,6 @@ This module must import without torch.
 """
 from __future__ import annotations
 
-import functools
-import gc
 import json
 import os
 import pickle
@@ -25,9 +23,11 @@ import warnings
 from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
-from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
 
+from .collector import collector_paused as _collector_paused
 from .pool_ids import check_pool_id, trace_pool_id
+from .segment_checks import check_no_overlap, check_segment_types
+from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
 
 __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot", "dump_snapshot",
            "normalize_snapshot", "TRACE_ACTIONS", "BLOCK_STATES"]
@@ -87,31 +87,6 @@ def load_snapshot(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     if len(data) > max_bytes:   # it grew while being read
         raise SnapshotError(f"{name}: larger than the {max_bytes}-byte limit")
     return loads_snapshot(data, name=name)
-
-
-class _gc_paused:
-    """Pause the cyclic garbage collector while a snapshot is read. A snapshot is millions of
-    fresh dicts and lists without a single cycle, and every generation-0 overflow made the
-    collector walk the growing heap again: paused, a 2M-entry snapshot with frames loads
-    several times faster (benchmarks/bench_doctor.py prints the ratio)."""
-
-    def __enter__(self):
-        self.was_enabled = gc.isenabled()
-        gc.disable()
-        return self
-
-    def __exit__(self, *exc):
-        if self.was_enabled:
-            gc.enable()
-        return False
-
-
-def _collector_paused(fn):
-    @functools.wraps(fn)
-    def read(*args, **kwargs):
-        with _gc_paused():
-            return fn(*args, **kwargs)
-    return read
 
 
 @_collector_paused
@@ -225,7 +200,7 @@ def normalize_snapshot(data, *, source: str = "<snapshot>", _budget=None):
         raise SnapshotError(f"{source}: 'segments' is {type(segments).__name__}, expected a list")
     out = {k: v for k, v in data.items()}
     out["segments"] = [_segment(w, seg, i) for i, seg in enumerate(segments)]
-    _no_overlap(w, out["segments"])
+    check_no_overlap(w, out["segments"])
     traces = data.get("device_traces", data.get("traces"))
     if traces is None:
         w.note("no 'device_traces' (recorded without history): nothing to replay")
@@ -282,31 +257,13 @@ def _segment(w, seg, i):
         if key not in seg:
             w.note(f"segment {key!r} missing: {default!r} assumed")
             seg[key] = list(default) if isinstance(default, list) else default
-    for key in ("device", "stream"):
-        _int(w, seg, key, where)
-    if not isinstance(seg["is_expandable"], bool):
-        w.fail(where, f"'is_expandable' is {type(seg['is_expandable']).__name__}, expected a bool")
-    if seg.get("segment_type", "large") not in ("small", "large"):
-        w.fail(where, f"'segment_type' is {seg['segment_type']!r}, expected 'small' or 'large'")
+    check_segment_types(w, seg, where)
     if "segment_type" not in seg:
         w.note("segment 'segment_type' missing: inferred from size")
         small = seg["total_size"] <= _SMALL_BUFFER_BYTES and not seg["is_expandable"]
         seg["segment_type"] = "small" if small else "large"
     seg["segment_pool_id"] = check_pool_id(w, seg["segment_pool_id"], where, "segment_pool_id")
     return seg
-
-
-def _no_overlap(w, segments):
-    """Two segments of one device never share an address (each is its own cudaMalloc or
-    mapped range): a duplicate or an overlap means the file was edited or merged badly."""
-    order = sorted(range(len(segments)), key=lambda i: (segments[i]["device"],
-                                                        segments[i]["address"]))
-    for a, b in zip(order, order[1:]):
-        sa, sb = segments[a], segments[b]
-        if sa["device"] == sb["device"] and sb["address"] < sa["address"] + sa["total_size"]:
-            what = "duplicates" if sb["address"] == sa["address"] else "overlaps"
-            w.fail(f"segment {b}", f"at {sb['address']:#x} {what} segment {a} "
-                                   f"({sa['address']:#x}, {sa['total_size']} bytes)")
 
 
 def _block(w, b, where, offset):
