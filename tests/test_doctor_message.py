@@ -221,3 +221,12 @@ def test_cli_message_from_stdin_and_file(tmp_path):
                           "--html", str(page)], capture_output=True, text=True)
     assert run.returncode == 0 and "kind: exhaustion" in run.stdout
     assert "https://" not in page.read_text()
+
+
+def test_rounding_never_makes_memory_outside_pytorch_negative():
+    # reserved printed rounded up, total and free rounded down: the difference dips below 0
+    text = ("CUDA out of memory. Tried to allocate 2.76 GiB. GPU 0 has a total capacity of "
+            "24.00 GiB of which 2.58 GiB is free. Of the allocated memory 21.42 GiB is allocated "
+            "by PyTorch, and 5.14 MiB is reserved by PyTorch but unallocated.")
+    d = gml.doctor(message=text)
+    assert d.non_pytorch_bytes == 0 and not any("do not add up" in n for n in d.notes)

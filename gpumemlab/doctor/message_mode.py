@@ -56,6 +56,16 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         non_pytorch, np_prec = outside, outside_prec
     others = sum(f.bytes for f in m.other_processes.values()) if m.other_processes else None
     notes = []
+    # two-decimal figures can make a difference of them slightly negative: that is rounding
+    if outside is not None and -outside_prec <= outside < 0:
+        outside = 0
+    if non_pytorch is not None and -np_prec <= non_pytorch < 0:
+        non_pytorch = 0
+    for label, value in (("total - free - reserved", outside), ("this process - reserved",
+                                                                 non_pytorch)):
+        if value is not None and value < 0:
+            notes.append(f"{label} is negative beyond the printed rounding: the figures do not "
+                         f"add up (an edited or mixed-up message?)")
     if m.messages_found > 1:
         notes.append(f"{m.messages_found} out-of-memory messages in the text: read the last")
     if m.missing:

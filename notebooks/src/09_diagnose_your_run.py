@@ -219,6 +219,57 @@ if mine is not None:
 rec.held.clear()
 
 # %% [markdown]
+# ## 6. The doctor: the same workflow in one call
+#
+# `gml.doctor` does sections 2 to 5 for you: it replays the recording faithfully to the OOM,
+# classifies it from the allocator state there (fragmentation when allocated + request would fit
+# as one piece), names the live blocks that pin the gaps and the code that allocated them, then
+# **replays the run under each candidate setting** (expandable segments, a range of
+# `max_split_size_mb`, garbage collection with a memory fraction, `roundup_power2_divisions`,
+# combinations) and searches the smallest card. Its recommendation is the smallest change whose
+# replay fits. From a terminal: `gpumemlab doctor FILE [--html report.html]` (docs/DOCTOR.md).
+
+# %%
+d = gml.doctor(path)
+print(d)
+
+# %% [markdown]
+# Check the doctor against your own reading, and its recommendation against an independent
+# replay: the same allocation sequence, the recommended setting, the same card.
+
+# %%
+print(f"your verdict: {'fragmentation' if found['fragmented'] else 'exhaustion'}; the doctor's: {d.kind}")
+assert d.kind == ("fragmentation" if found["fragmented"] else "exhaustion")
+fix = d.recommended
+check = gml.replay(path, alloc_conf=fix.alloc_conf, total_memory=fix.total_memory_bytes)
+print(f"{fix.name}: replay {'runs out' if check.oom else 'fits'} on "
+      f"{gml.format_size(check.total_memory)}, peak reserved {gml.format_size(check.peak_reserved)} "
+      f"(the doctor said {gml.format_size(fix.peak_reserved_bytes)})")
+assert check.oom is None and check.peak_reserved == fix.peak_reserved_bytes
+
+# %% [markdown]
+# The doctor also reads the run of section 5 (your device's own recording) and a pasted
+# message. A message says far less than a snapshot: it gives the figures at the moment of the
+# failure, not which settings were on or how the free memory is split, so its fixes are not
+# verified and it lists what it cannot tell. Paste your own "CUDA out of memory" message into
+# `MESSAGE` (the whole traceback is fine); without one, the message of the simulated OOM above
+# is used.
+
+# %%
+print(gml.doctor(own).summary)
+MESSAGE = None             # e.g. the last lines of your failing run's traceback
+text = MESSAGE or rec.oom
+from_message = gml.doctor(message=text)
+print(from_message)
+
+# %% [markdown]
+# In a notebook the diagnosis shows itself as a report (block map at the OOM, timeline, fixes
+# table); `d.html()` is the same page as one self-contained file to attach to a bug report.
+
+# %%
+d
+
+# %% [markdown]
 # The growing-batch run typically ends in **exhaustion**, not fragmentation: the live
 # activations of the last batch do not fit, and no allocator setting changes that. Its fixes are
 # the ones of notebook 07: a smaller batch, activation checkpointing, offloading. Telling the two
