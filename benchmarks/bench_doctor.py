@@ -85,20 +85,26 @@ def bench_load(entries: int, skip_torch: bool) -> None:
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=pickle.DEFAULT_PROTOCOL)
     del snap
+    gc.collect()
     size = os.path.getsize(path)
     print(f"load: {entries} entries with 6 frames each, {size / MiB:.0f} MiB pickle "
           f"(made in {made:.1f} s)")
+    # one snapshot in memory at a time: a 2M-entry one with frames takes several GiB
     t_paused, loaded = _time(lambda: load_snapshot(path))
+    t_norm, _ = _time(lambda: normalize_snapshot(loaded, source="again"))
+    del loaded, _
+    gc.collect()
     paused = collector.gc_paused
     collector.gc_paused = _gc_running          # what load_snapshot did before
     try:
-        t_running, _ = _time(lambda: load_snapshot(path))
+        t_running, loaded = _time(lambda: load_snapshot(path))
     finally:
         collector.gc_paused = paused
+    del loaded
+    gc.collect()
     print(f"  load_snapshot, collector paused:  {t_paused:6.2f} s")
     print(f"  load_snapshot, collector running: {t_running:6.2f} s  "
           f"(pausing it: {t_running / t_paused:.1f}x faster)")
-    t_norm, _ = _time(lambda: normalize_snapshot(loaded, source="again"))
     print(f"  normalising the loaded dict again: {t_norm:6.2f} s (skipped for a Snapshot passed "
           f"on: read_snapshot returns it as is)")
     if skip_torch:

@@ -130,6 +130,9 @@ def test_what_if_on_a_card_too_small_for_the_start_state_is_an_oom_at_entry_0():
     r = gml.replay(gpu.snapshot(), alloc_conf="", total_memory="500MiB")
     assert r.oom is not None and r.oom["index"] == 0 and r.oom["during"] == "start state"
     assert r.oom["shortfall_bytes"] >= 300 * MiB and r.replayed == 0
+    d = gml.doctor(gpu.snapshot(), total_memory="500MiB", search=False)
+    assert d.kind == "exhaustion" and d.details["oom_during"] == "start state"
+    assert "Before its first entry" in d.summary and d.details["shortfall_bytes"] == 300 * MiB
     del before
 
 

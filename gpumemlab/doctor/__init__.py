@@ -37,10 +37,12 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 class _CallableRoom(types.ModuleType):
-    def __call__(self, source=None, **kwargs):
-        """``gml.doctor(source, *, message=None, total_memory=None, request=None, device=None,
-        search=True)``: see :func:`gpumemlab.doctor.api.doctor`."""
-        return self.doctor(source, **kwargs)
+    def __call__(self, source=None, *, message=None, total_memory=None, request=None,
+                 device=None, search=True):
+        """Diagnose an OOM from a snapshot, an exception or a message: see
+        :func:`gpumemlab.doctor.api.doctor`."""
+        return self.doctor(source, message=message, total_memory=total_memory, request=request,
+                           device=device, search=search)
 
 
 sys.modules[__name__].__class__ = _CallableRoom

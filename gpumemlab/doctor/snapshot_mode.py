@@ -94,6 +94,7 @@ def diagnose_snapshot(source, *, total_memory=None, request=None, device=None,
         device=device, notes=notes, assumptions=list(ASSUMPTIONS))
     d.evidence = _replay_lines(faithful, whatif, recorded, idx) + evidence_lines(ev)
     d.details = {"oom_entry": idx, "recorded_oom": recorded is not None, "alloc_conf": conf,
+                 "oom_during": oom.get("during"), "shortfall_bytes": oom.get("shortfall_bytes"),
                  "allocator_share_bytes": share, "state": ev,
                  "faithful": _result_dict(faithful), "whatif": _result_dict(whatif)}
     d.summary = _summary(d, ev, share)
@@ -111,6 +112,11 @@ def diagnose_snapshot(source, *, total_memory=None, request=None, device=None,
 
 def _summary(d, ev, share):
     req = format_size(d.requested_bytes)
+    if d.details.get("oom_during") == "start state":
+        return (f"Before its first entry the recording already held {req} (what was reserved or "
+                f"live when recording began), more than the {format_size(share)} the allocator "
+                f"can use on this card: at least {format_size(d.details['shortfall_bytes'] or 0)} "
+                f"short. The run cannot start on it.")
     big = ev["largest_free_block"]
     big_txt = "no free block" if big is None else f"its largest free block is {format_size(big['size'])}"
     if d.kind == "fragmentation":
