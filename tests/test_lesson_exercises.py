@@ -70,6 +70,20 @@ def _block_08():
 RIGHT["08.ex"] = _block_08
 
 
+def _smallest_card_09():
+    # bisect the card size on replays of the recording (to 1 MiB)
+    from gpumemlab.quizkit.lesson_tasks_more import fits_09
+    lo, hi = 1 << 30, 4 << 30          # does not fit / fits
+    assert not fits_09(lo) and fits_09(hi)
+    while hi - lo > (1 << 20):
+        mid = (lo + hi) // 2 // (1 << 20) * (1 << 20)
+        lo, hi = (lo, mid) if fits_09(mid) else (mid, hi)
+    return hi
+
+
+RIGHT["09.ex"] = _smallest_card_09
+
+
 @pytest.fixture
 def ex(tmp_path):
     return Exercises(tmp_path / "progress.json")

@@ -243,3 +243,55 @@ def _judge_08(answer):
     return True, (f"{answer}-token blocks waste {100 * waste:.1f} %" +
                   (f"; {2 * answer} would waste {100 * bigger:.1f} %" if bigger is not None
                    else "")), figures
+
+
+# -- 09: the smallest card a recorded run fits on, with expandable segments
+STEP_09 = 64 * MiB
+
+
+def recording_09() -> dict:
+    """Lesson 09's recording: the kit's seeded fragmentation OOM on a simulated 4 GiB card, as
+    the lesson makes it when the shipped file is missing (a snapshot with its trace)."""
+    from gpumemlab.devices.scenarios import fragmentation_oom
+    from gpumemlab.devices.simulated import SimulatedGPU
+
+    gpu = SimulatedGPU("4GiB", alloc_conf="")
+    return fragmentation_oom(gpu, release=False).snapshot
+
+
+def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
+    from gpumemlab.recordings.replay import replay
+
+    return replay(recording_09(), alloc_conf=conf, total_memory=total_memory).oom is None
+
+
+@exercise("09.ex", "the smallest card that runs it",
+          "Replay lesson 09's recorded run (gpumemlab.quizkit.lesson_tasks_more.recording_09(), "
+          "the same fragmentation OOM the lesson diagnoses) with expandable_segments:True on "
+          "smaller and smaller cards. What is the smallest card size on which it runs without "
+          "an OOM? Answer to within 64 MiB.",
+          "a size, like '3.5 GiB' or '3600 MiB'",
+          hints=("gml.replay(recording, alloc_conf='expandable_segments:True', "
+                 "total_memory=size).oom is None means it fits.",
+                 "It fits on the recorded 4 GiB card; bisect below that.",
+                 "Your answer must fit, and 64 MiB less must not."),
+          stub="4 GiB")
+def _judge_09(answer):
+    from gpumemlab.units import parse_size
+
+    try:
+        size = parse_size(answer, name="the card size")
+    except (TypeError, ValueError) as exc:
+        raise AnswerShapeError(str(exc)) from None
+    if size < STEP_09:
+        return False, f"a {format_size(size)} card cannot hold the run's live tensors", {}
+    fits = fits_09(size)
+    smaller = fits_09(size - STEP_09) if fits else None
+    figures = {"card_bytes": size, "fits": fits, "64MiB_less_fits": smaller}
+    if not fits:
+        return False, f"on a {format_size(size)} card the replay runs out of memory", figures
+    if smaller:
+        return False, (f"it fits on {format_size(size)}, and on "
+                       f"{format_size(size - STEP_09)} too: a smaller card works"), figures
+    return True, (f"it fits on {format_size(size)} and runs out of memory on "
+                  f"{format_size(size - STEP_09)}"), figures

@@ -101,16 +101,23 @@ class WhatIf:
         self._bottom.cla()
         # the block map at the moment most memory is in use: the end of a run has often freed all
         history = History(source)
-        data = timeline_data(history, label=self._choice())
-        if self.at == "end":
-            peak, when = len(data["event"]) - 1, "the last event"
+        if len(history):
+            data = timeline_data(history, label=self._choice())
+        else:   # a replay result: its timeline arrays, and only its final state to draw
+            data = timeline_data(source, label=self._choice())
+        if self.at == "end" or not len(history):
+            peak, when = len(data["event"]) - 1, "the end"
         else:
             peak = max(range(len(data["event"])), key=data["allocated_bytes"].__getitem__) \
                 if data["event"] else -1
             when = "peak allocated"
-        history.goto(peak)
         name = (self.title + ": " if self.title else "") + self._choice()
-        show(history.snapshot(), ax=self._top, title=f"{name}, at event {peak} ({when})")
+        if len(history):
+            history.goto(peak)
+            state = history.snapshot()
+        else:
+            state = source
+        show(state, ax=self._top, title=f"{name}, at event {peak} ({when})")
         draw_timeline(self._bottom, [data], cursor=peak if peak >= 0 else None)
         for ax in (self._top, self._bottom):
             if ax.get_legend() is not None:

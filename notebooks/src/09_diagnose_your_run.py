@@ -73,7 +73,12 @@ print(f"{path.name}: {len(snap['segments'])} segments, {len(trace)} trace entrie
 # behind the player), takes the fragmentation figures there, and gives the verdict they point to. The test is the one
 # PyTorch's own OOM message suggests: if memory that is *reserved but unallocated* plus what the
 # driver still had would have held the request, but no single free block could, the cause is
-# fragmentation; otherwise the run simply needed more memory than the card has.
+# fragmentation; otherwise the run simply needed more memory than the card has. The recording's
+# name gives a hint; what does the evidence say?
+
+# %% tags=["predict"]
+gml.predict("09.p1", "What will the diagnosis say caused this OOM?",
+            choices=["FRAGMENTATION", "EXHAUSTION"])
 
 # %%
 from gpumemlab.viz import History
@@ -106,6 +111,9 @@ def diagnose(snapshot, total_memory=None):
     return {"request": request, "fragmented": fragmented, "metrics": m}
 
 found = diagnose(snap)
+gml.reveal("09.p1", "FRAGMENTATION" if found and found["fragmented"] else "EXHAUSTION")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert found is not None and found["fragmented"]
 
 # %%
@@ -152,11 +160,18 @@ faithful = gml.replay(path)
 print(faithful)
 print(f"reproduced: {faithful.reproduced}; capacity {gml.format_size(faithful.total_memory)}; "
       f"OOM at entry {faithful.oom['index'] if faithful.oom else None}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert faithful.reproduced and faithful.oom is not None
 
 # %% [markdown]
 # Now the same allocations and frees under other settings, on the same card. (Each what-if starts
 # from the tensors that were live when recording began; the cache is rebuilt by the new rules.)
+# Six settings are tried, the defaults among them.
+
+# %% tags=["predict"]
+gml.predict("09.p2", "Of the six settings below (defaults included), how many avoid the OOM on the same card?",
+            kind="number", unit="settings")
 
 # %%
 fixes = ["", "expandable_segments:True", "max_split_size_mb:512", "max_split_size_mb:128",
@@ -167,6 +182,9 @@ for conf in fixes:
     r = whatif[conf] = gml.replay(path, alloc_conf=conf, total_memory=faithful.total_memory)
     outcome = "OOM" if r.oom else "ok"
     print(f"{conf or '(defaults)':36}{outcome:>10}{gml.format_size(r.peak_reserved):>16}{gml.format_size(r.peak_allocated):>16}")
+gml.reveal("09.p2", sum(r.oom is None for r in whatif.values()))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
 assert whatif[""].oom is not None
 assert whatif["expandable_segments:True"].oom is None
 
@@ -187,6 +205,27 @@ print(f"defaults on a card of {gml.format_size(bigger.total_memory)}: {'OOM' if 
 fig = gml.timeline([whatif[""], whatif["expandable_segments:True"], whatif["max_split_size_mb:512"]],
                    labels=["defaults", "expandable_segments:True", "max_split_size_mb:512"])
 fig
+
+# %% [markdown]
+# One panel per setting, on one scale. Defaults: reserved memory stays at 3.5 GiB, one split
+# segment, and the last request fails (the cross) although the card is not full: no free piece is
+# large enough and the driver has too little left. `expandable_segments`: the same curve until the
+# last request, when the holes are unmapped and reserved memory drops as the request is served.
+# `max_split_size_mb:512`: the big cached block is oversize, so it is released whole when the
+# card runs short (the drop near the start) and the tensors get segments of their own; the run
+# ends normally.
+#
+# ## Try it: every setting, every card
+#
+# The controls replay the recording under the setting and the card size you pick, and redraw the
+# block map at the end of the replay (the OOM, if there is one) and the timeline.
+
+# %%
+cap = faithful.total_memory
+controls = gml.whatif(path, at="end", alloc_conf=fixes,
+                      total_memory=[cap, cap * 7 // 8 // gml.MiB * gml.MiB, cap * 3 // 4 // gml.MiB * gml.MiB, 2 * cap],
+                      title=path.name)
+controls
 
 # %% [markdown]
 # Step through the recorded run to the failure with the player (drag the slider in JupyterLab;
@@ -285,6 +324,18 @@ d
 #   memory fraction for each.
 # * Always verify with a replay (`gml.replay`, or `gpumemlab replay FILE --alloc-conf ...` from
 #   a terminal) before paying for another run.
+#
+# ## Exercise: the smallest card that runs it
+#
+# With `expandable_segments:True`, on how small a card would the recorded run still finish?
+# Replay it on smaller cards (the controls above, or `gml.replay(path, alloc_conf=..., total_memory=...)`)
+# and answer to within 64 MiB. The check replays the recording on your card size and on 64 MiB
+# less.
+
+# %% tags=["exercise"]
+gml.exercise("09.ex")
+my_card = "4 GiB"          # change this
+gml.exercise.check("09.ex", my_card)
 
 # %% [markdown]
 # ## On your GPU: a batch that grows until it fails
