@@ -151,16 +151,19 @@ class Predictions:
     def __call__(self, prediction_id: str, question: str, *, kind: str = None, choices=None,
                  unit: str = ""):
         """Ask ``question``. ``kind`` is "size" (default), "number" or "choice" (implied by
-        ``choices``). Returns the widget view, or None headless (after printing the question)."""
+        ``choices``). Shows the widget at once (so two predictions in one cell both show), or
+        prints the question headless; returns None."""
         spec = self._declare(prediction_id, question, kind, choices, unit)
         from .core import _widgets_available
 
         if os.environ.get("GPUMEMLAB_HEADLESS") or not _widgets_available():
             print(self.text(spec.id))
             return None
+        from IPython.display import display
         from .predict_view import PredictView
 
-        return PredictView(self, spec)
+        display(PredictView(self, spec))
+        return None
 
     def _declare(self, prediction_id, question, kind, choices, unit) -> Spec:
         if not isinstance(prediction_id, str) or "." not in prediction_id:
