@@ -86,3 +86,54 @@ def test_mid_run_recordings_with_ooms_replay_exactly(conf, ops, start):
     assert result.address_mismatches == 0, (result.alloc_mismatches, result.segment_mismatches,
                                             result.oom_mismatches, result.notes)
     assert _segments(result.snapshot) == _segments(snap)
+
+
+def _seeded_mid_run(seed):
+    """A seeded mid-run recording on a 256 MiB card: mixed sizes up to 120 MiB (OOMs happen),
+    three streams, record_stream, frees and empty_cache; recording begins at a random step."""
+    import random
+    rng = random.Random(seed)
+    conf = rng.choice(["expandable_segments:True", "expandable_segments:True,max_split_size_mb:40",
+                       ""])
+    gpu = gml.SimulatedGPU("256MiB", alloc_conf=conf, record_frames=False)
+    live, n = [], rng.randint(5, 60)
+    start = rng.randint(0, n)
+    for k in range(n):
+        if k == start:
+            gpu.allocator.alloc_buffer.clear()
+        r = rng.random()
+        if r < 0.55:
+            size = rng.choice([rng.randint(1, 4096), rng.randint(4096, MiB),
+                               rng.randint(MiB + 1, 10 * MiB), rng.randint(10 * MiB, 120 * MiB)])
+            try:
+                live.append(gpu.empty(size, stream=rng.choice([0, 0, 0, 1, 2])))
+            except gml.OutOfMemoryError:
+                pass
+        elif r < 0.85 and live:
+            live.pop(rng.randrange(len(live))).free()
+        elif r < 0.92 and live:
+            gpu.record_stream(live[rng.randrange(len(live))], rng.choice([1, 2, 3]))
+        else:
+            gpu.empty_cache()
+    return gpu.snapshot()
+
+
+def test_seeded_mid_run_recordings_with_ooms_and_expandable_segments_replay_exactly():
+    """Hypothesis's small examples seldom run out of memory; these 60 seeded runs do, many of
+    them under expandable segments with pages mapped before recording began."""
+    seen = {"oom": 0, "expandable_start": 0, "both": 0}
+    for seed in range(60):
+        snap = _seeded_mid_run(seed)
+        trace = snap["device_traces"][0]
+        if not trace:
+            continue
+        result = gml.replay(snap, stop_on_oom=False)
+        assert result.start_problems == [], (seed, result.start_problems)
+        assert result.address_mismatches == 0, seed
+        assert _segments(result.snapshot) == _segments(snap), seed
+        oom = any(e["action"] == "oom" for e in trace)
+        exp = any("expandable segments mapped" in n for n in result.notes)
+        seen["oom"] += oom
+        seen["expandable_start"] += exp
+        seen["both"] += oom and exp
+    assert seen["oom"] >= 10 and seen["expandable_start"] >= 15 and seen["both"] >= 5, seen

@@ -42,6 +42,7 @@ class Piece:
     requested_size: int = 0
     frames: list = field(default_factory=list)
     pool_id: tuple = (0, 0)   # the private pool of its segment (segment_pool_id)
+    pending: bool = False     # freed before recording began, its stream events still pending
 
 
 @dataclass
@@ -87,6 +88,8 @@ def scan_start_state(segments, trace, config) -> StartState:
                 if action == "segment_free":
                     freed_seg_sizes[addr] = (e["size"], e.get("stream", 0),
                                              tuple(e.get("pool_id") or (0, 0)))
+    touched = {e["addr"] for e in trace if e["action"] in ("alloc", "free_requested",
+                                                           "free_completed")}
     start_segments = []
     pieces_by_seg = {}
     for seg in segments:
@@ -97,7 +100,8 @@ def scan_start_state(segments, trace, config) -> StartState:
         for b in seg["blocks"]:
             if b["state"] != "inactive" and b["address"] not in live:
                 pieces.append(Piece(b["address"], b["size"], True, b["requested_size"],
-                                    b.get("frames") or []))
+                                    b.get("frames") or [],
+                                    pending=_pending_throughout(b, touched)))
         start = StartSegment(seg["address"], seg["total_size"], seg["stream"],
                              seg["segment_type"] == "small", pieces,
                              tuple(seg.get("segment_pool_id") or (0, 0)))
@@ -126,11 +130,11 @@ def scan_start_state(segments, trace, config) -> StartState:
     for seg in start_segments:
         for p in seg.pieces:
             p.pool_id = seg.pool_id
-            if p.live:
+            if p.live and not p.pending:
                 result_live[p.address] = p
     for r in expandable:
         for p in r.pieces:
-            if p.live:
+            if p.live and not p.pending:
                 result_live[p.address] = p
     return StartState(start_segments, result_live, notes, expandable)
 
@@ -248,11 +252,22 @@ def build_start_state(alloc, state: StartState, translate, router=None) -> tuple
     held.extend(build_expandable(alloc, state.expandable, translate, problems))
     live_blocks = {}
     for p, blk in held:
-        if p.live:
+        if p.live and p.pending:
+            # freed before recording began, still waiting for another stream at its end: free
+            # it behind a recorded use on another stream, so it is pending as it was
+            alloc.record_stream(blk, blk.stream + 1)
+            alloc.free(blk)
+        elif p.live:
             live_blocks[p.address] = blk
         else:
             alloc.free(blk)
     return live_blocks, problems
+
+
+def _pending_throughout(block, touched) -> bool:
+    """Pending free at the end, and the trace never frees nor allocates it: it was pending at
+    the start too (the simulator completes events at the next malloc; a real run may not)."""
+    return block["state"] == "active_pending_free" and block["address"] not in touched
 
 
 def _requests(p, seg, last, config):

@@ -5,9 +5,9 @@ and no ``segment_map`` for them. The snapshot's final segments list each contigu
 of an expandable segment as one segment; walking the trace backwards from them (a
 ``segment_map`` was unmapped before it, a ``segment_unmap`` was mapped) gives the pages mapped
 at the start. Each reservation (one per pool and stream) is rebuilt from its base: c10 maps at
-the lowest free address, so the base is taken as the lowest page mapped at the start (a base
-whose pages the run had already unmapped cannot be seen: addresses then differ and the replay
-reports it). The pieces (live blocks, free mapped gaps, unmapped
+the lowest free address, so the base is the lowest page mapped at the start, or a lower page
+the trace maps later on the same stream (the base pages had been unmapped before recording
+began); a base the recording never shows cannot be found, and addresses then differ. The pieces (live blocks, free mapped gaps, unmapped
 holes) are carved with the allocator's own moves: map the whole span with mallocs, free it,
 malloc every piece in address order (one free block, so best fit has one choice), unmap the
 holes (``unmap_block``) while their neighbours are still held, and leave the free pieces to the
@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpumemlab.allocator import K_LARGE_BUFFER, K_SMALL_SIZE, round_size
+from gpumemlab.allocator import K_LARGE_BUFFER, K_SMALL_BUFFER, K_SMALL_SIZE, round_size
 from gpumemlab.allocator.driver import VA_ALIGN
 
 __all__ = ["StartReservation", "scan_expandable", "build_expandable"]
 
 _LARGE_PAGE = K_LARGE_BUFFER    # c10 expandable segments map the large pool in 20 MiB pages
+_FAR = 1 << 40                   # a reservation spans about the card's memory: never a TiB away
 
 
 @dataclass
@@ -33,6 +34,7 @@ class ExpPiece:
     requested_size: int = 0
     frames: list = field(default_factory=list)
     unmapped: bool = False
+    pending: bool = False     # see replay_start._pending_throughout
 
 
 @dataclass
@@ -71,6 +73,8 @@ def scan_expandable(segments, trace, made_by_trace, pre_live, notes) -> list:
     allocated and left live; ``pre_live``: address -> (requested, stream) of allocations the trace
     frees but never makes (entries placed here are removed from it)."""
     final = [s for s in segments if s.get("is_expandable")]
+    touched = {e["addr"] for e in trace if e["action"] in ("alloc", "free_requested",
+                                                           "free_completed")}
     events = [e for e in trace if e["action"] in ("segment_map", "segment_unmap")]
     if not final and not events:
         return []
@@ -86,15 +90,34 @@ def scan_expandable(segments, trace, made_by_trace, pre_live, notes) -> list:
     for a, b in mapped:
         groups.setdefault(_label(a, b, final, events), []).append((a, b))
     out = []
+    taken = [r for rs in groups.values() for r in rs]
     for (small, stream), ranges in groups.items():
-        base = min(a for a, _ in ranges) // VA_ALIGN * VA_ALIGN
+        base = _base(min(a for a, _ in ranges), small, stream, events, taken)
         out.append(StartReservation(base, small, stream,
-                                    _pieces(base, ranges, final, made_by_trace, pre_live, small)))
+                                    _pieces(base, ranges, final, made_by_trace, pre_live, small,
+                                            touched)))
     out.sort(key=lambda r: r.base)
     if out:
         notes.append(f"expandable segments mapped before recording began: rebuilt "
                      f"{len(out)} reservation(s) from base {out[0].base:#x}")
     return out
+
+
+def _base(lo, small, stream, events, taken):
+    """The reservation's base: its lowest page mapped at the start, or lower when the trace
+    later maps a page below it on the same stream, a whole number of the pool's pages away,
+    outside every other reservation's start pages (c10 maps at the lowest free address, so the
+    base pages had been unmapped before recording began)."""
+    page = K_SMALL_BUFFER if small else _LARGE_PAGE
+    base = lo
+    for e in events:
+        a = e["addr"]
+        if (e["action"] == "segment_map" and e.get("stream", 0) == stream and a < base
+                and (lo - a) % page == 0 and lo - a < _FAR
+                and (e["size"] % _LARGE_PAGE != 0) == small
+                and not any(s <= a < t for s, t in taken)):
+            base = a
+    return base // VA_ALIGN * VA_ALIGN
 
 
 def _label(a, b, final, events):
@@ -114,14 +137,16 @@ def _label(a, b, final, events):
     return (b - a) % _LARGE_PAGE != 0, 0
 
 
-def _pieces(base, ranges, final, made_by_trace, pre_live, small):
+def _pieces(base, ranges, final, made_by_trace, pre_live, small, touched):
     live = []
     for s in final:
         for b in s["blocks"]:
             if b["state"] != "inactive" and b["address"] not in made_by_trace and \
                     any(a <= b["address"] < e for a, e in ranges):
                 live.append(ExpPiece(b["address"], b["size"], True, b["requested_size"],
-                                     b.get("frames") or []))
+                                     b.get("frames") or [],
+                                     pending=b["state"] == "active_pending_free"
+                                     and b["address"] not in touched))
     for addr in sorted(pre_live):
         if any(a <= addr < e for a, e in ranges):
             requested, _stream = pre_live.pop(addr)
