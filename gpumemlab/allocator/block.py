@@ -102,12 +102,12 @@ class BlockPool:
     def insert_into_blocks(self, block: Block) -> None:
         """c10 ``BlockPool::insert_into_blocks``: insert and restart the block's GC age."""
         block.gc_count_base = self.get_free_blocks_call_count
-        self.keys.add(size_key(block.stream, block.size, block.ptr))
+        self.keys.add((block.stream << 128) | (block.size << 64) | block.ptr)  # size_key
         self.by_ptr[block.ptr] = block
 
     def erase(self, block: Block) -> None:
         try:
-            self.keys.remove(size_key(block.stream, block.size, block.ptr))
+            self.keys.remove((block.stream << 128) | (block.size << 64) | block.ptr)  # size_key
         except KeyError:
             raise AssertionError(f"{block!r} is not in the free pool") from None
         del self.by_ptr[block.ptr]
@@ -120,7 +120,8 @@ class BlockPool:
 
     def lower_bound(self, stream: int, size: int):
         """The first free block ordered at or after (stream, size, address 0), or None."""
-        return self._block(self.keys.ceiling(size_key(stream, size, 0)))
+        key = self.keys.ceiling((stream << 128) | (size << 64))  # size_key(stream, size, 0)
+        return None if key is None else self.by_ptr[key & _PTR_MASK]
 
     def next_block(self, block: Block):
         """The free block after ``block`` in comparator order (``++it``), or None."""

@@ -37,7 +37,9 @@ def round_size(size: int, config=None) -> int:
     """
     if size < K_MIN_BLOCK_SIZE:
         return K_MIN_BLOCK_SIZE
-    divisions = config.roundup_power2_divisions(size) if config is not None else 0
+    # config.any_roundup: some interval has divisions (else the lookup is skipped)
+    divisions = (config.roundup_power2_divisions(size)
+                 if config is not None and config.any_roundup else 0)
     if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
         return roundup_power2_next_division(size, divisions)
     return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)

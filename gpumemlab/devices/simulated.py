@@ -149,9 +149,10 @@ class SimulatedGPU(PoolsAPI):
     def empty(self, nbytes, stream: int | None = None) -> Allocation:
         """Allocate ``nbytes`` (an int, or a string like "2GiB") on ``stream`` (default: this
         thread's current stream, 0 unless inside ``with gpu.stream(s):``)."""
-        nbytes = parse_size(nbytes, name="nbytes")
+        if type(nbytes) is not int or nbytes <= 0:  # noqa: E721  (a positive int is its own size)
+            nbytes = parse_size(nbytes, name="nbytes")
         if stream is None:
-            stream = self.current_stream()
+            stream = getattr(self._tls, "stream", 0)  # current_stream(), without the call
         elif isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
             raise ValueError(f"stream must be a non-negative int (0 = default stream), got {stream!r}")
         if nbytes == 0:

@@ -46,6 +46,10 @@ class Rules:
     def expandable_segments(self) -> bool:
         return self.expandable
 
+    @property
+    def any_roundup(self) -> bool:
+        return any(d > 1 for d in self.divisions)
+
     @classmethod
     def from_settings(cls, settings) -> "Rules":
         """Read a snapshot's ``allocator_settings`` (absent or partial dicts give defaults)."""
