@@ -326,7 +326,7 @@ def _trace(w, entries, device):
                     break    # unknown actions pass through untouched, like _memory_viz does
                 w.fail(f"{where}[{k}] ({action})",
                        f"missing {key!r}" if value is None else f"{key!r} is not an integer")
-        new = trace_pool_id(w, e, f"{where}[{k}] ({action})")
+        new = trace_pool_id(w, e, where, k, action)
         if "stream" not in new or "time_us" not in new:
             new = dict(new, stream=new.get("stream", 0), time_us=new.get("time_us", 0))
             w.note("trace entries without 'stream'/'time_us': 0 assumed")

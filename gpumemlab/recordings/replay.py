@@ -33,6 +33,7 @@ import warnings
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
+from .bulk import gc_paused
 from .replay_pools import PoolRouter
 from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
@@ -71,6 +72,7 @@ def _source(source, device):
     return traces[device], segments, snap, name, device
 
 
+@gc_paused
 def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
            history: bool = False, stop_on_oom: bool = True, stop_at: int | None = None,
            progress=None) -> ReplayResult:
