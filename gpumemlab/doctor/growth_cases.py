@@ -117,7 +117,6 @@ def reference_cycle(steps: int = 4, batch: int = 512, fixed: bool = False):
     model = mlp()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     was_enabled = gc.isenabled()
-    gc.collect()
     gc.disable()   # the collector runs when it likes; off, the growth is the same every time
     try:
         with capture(model, opt) as rec:

@@ -113,7 +113,7 @@ gml.predict("10.p2", "Batches of 512: how many bytes stay per step? (what autogr
             "input, target, the 1024-wide ReLU output, the output)")
 
 # %%
-summed = gml.growth(cases.losses_summed(steps=4))
+summed = gml.growth(cases.losses_summed(steps=3))
 print(summed.text(evidence=False))
 for site in summed.iterations[0].kept:
     print("  stays:", site.describe())
@@ -130,7 +130,7 @@ def _pack(t):
 with torch.autograd.graph.saved_tensors_hooks(_pack, lambda t: t):
     torch.nn.functional.mse_loss(_model(_x), _y)
 _params = {p.untyped_storage().data_ptr() for p in _model.parameters()}
-assert summed.causes == ["leak"] * 4
+assert summed.causes == ["leak"] * 3
 assert summed.iterations[0].kept_bytes == sum(v for k, v in _saved.items() if k not in _params)
 
 # %% [markdown]
@@ -149,7 +149,7 @@ assert summed.iterations[0].kept_bytes == sum(v for k, v in _saved.items() if k 
 # %%
 import gc, linecache
 print("class StepRecord:\n" + inspect.getsource(cases.StepRecord.__init__))
-cycle = gml.growth(cases.reference_cycle(steps=4))
+cycle = gml.growth(cases.reference_cycle(steps=3))
 print(cycle.text(evidence=False))
 site = cycle.iterations[0].kept[0]
 print("stays:", site.describe())
@@ -159,7 +159,7 @@ print(f"the freeing line, {freer['filename'].rsplit('/', 1)[-1]}:{freer['line']}
 print(f"automatic collection back on afterwards: {gc.isenabled()}; its thresholds: {gc.get_threshold()}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert cycle.causes == ["leak"] * 4
+assert cycle.causes == ["leak"] * 3
 assert all(f >= cycle.iterations[-1].end for it in cycle.iterations for s in it.kept for f in s.freed_at)
 assert "gc.collect()" in inspect.getsource(cases.reference_cycle).splitlines()[
     site.freed_by[0]["line"] - inspect.getsourcelines(cases.reference_cycle)[1]]
@@ -173,18 +173,18 @@ assert "gc.collect()" in inspect.getsource(cases.reference_cycle).splitlines()[
 # ## Leak 4: Jupyter's `Out[n]` and `_`
 #
 # This notebook itself can leak. A cell whose last line is an expression shows its value, and
-# IPython keeps that value in `Out[n]` and in `_`, `__`, `___`. The case runs four cells
+# IPython keeps that value in `Out[n]` and in `_`, `__`, `___`. The case runs three cells
 # `model(x).relu()` in a real IPython shell (its own, not this notebook's) under `gml.capture`.
 
 # %%
-jupyter = gml.growth(cases.jupyter_out(steps=4))
+jupyter = gml.growth(cases.jupyter_out(steps=3))
 print(jupyter)
-quiet = gml.growth(cases.jupyter_out(steps=4, fixed=True))
+quiet = gml.growth(cases.jupyter_out(steps=3, fixed=True))
 print(f"\nthe same cells ending in ';': causes {quiet.causes}, "
       f"bytes that stay {[fmt(it.kept_bytes) for it in quiet.iterations]}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert jupyter.causes == ["leak"] * 4 and "leak" not in quiet.causes
+assert jupyter.causes == ["leak"] * 3 and "leak" not in quiet.causes
 assert all(it.kept_bytes == 512 * 1024 * 4 + 512 * 256 * 4 for it in jupyter.iterations)
 
 # %% [markdown]
@@ -202,11 +202,11 @@ assert all(it.kept_bytes == 512 * 1024 * 4 + 512 * 256 * 4 for it in jupyter.ite
 # %%
 print(inspect.getsource(cases._checked_forward))
 show_loop(cases.stored_traceback)
-kept_errors = gml.growth(cases.stored_traceback(steps=4))
+kept_errors = gml.growth(cases.stored_traceback(steps=3))
 print(kept_errors)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert kept_errors.causes == ["leak"] * 4
+assert kept_errors.causes == ["leak"] * 3
 assert all(it.kept_bytes == 512 * (256 + 2 * 1024 + 256) * 4 for it in kept_errors.iterations)
 
 # %% [markdown]
@@ -222,7 +222,7 @@ assert all(it.kept_bytes == 512 * (256 + 2 * 1024 + 256) * 4 for it in kept_erro
 gml.predict("10.p3", "Which step leaves memory behind?", choices=["step 0", "step 1", "every step", "none"])
 
 # %%
-adam = gml.growth(cases.optimizer_state(steps=4))
+adam = gml.growth(cases.optimizer_state(steps=3))
 print(adam)
 param_bytes = sum(p.numel() * p.element_size() for p in cases.mlp().parameters())
 print(f"\nparameters {param_bytes:,} bytes; bytes that stay at step 0 "
@@ -231,7 +231,7 @@ first = adam.by_cause()["one-time state"]
 gml.reveal("10.p3", first[0] if first else "none")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert adam.causes == ["one-time state", "steady", "steady", "steady"]
+assert adam.causes == ["one-time state", "steady", "steady"]
 assert adam.iterations[0].kept_bytes == 2 * param_bytes
 
 # %% [markdown]
@@ -246,7 +246,7 @@ assert adam.iterations[0].kept_bytes == 2 * param_bytes
 # from step to step. Longer sequences ask for bigger tensors.
 
 # %%
-lengths = (32, 64, 32, 96, 64, 96)
+lengths = (32, 64, 32, 96, 64)
 shapes = gml.growth(cases.new_shapes(lengths=lengths))
 print(shapes.text(evidence=False))
 padded = gml.growth(cases.new_shapes(lengths=lengths, fixed=True))
