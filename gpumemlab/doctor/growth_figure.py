@@ -36,7 +36,7 @@ def plot_growth(report, title=None):
         colour, label, style = SERIES_STYLE[name]
         ax.step(list(xs), [y / unit for y in ys], where="post", color=colour, ls=style,
                 lw=1.6, label=label)
-    ax.set_ylim(0, top / unit * 1.12)
+    ax.set_ylim(0, top / unit * 1.08)
     ax.set_xlim(first - 0.5, last - 0.5)
     ax.set_ylabel(uname)
     ax.set_xlabel("trace entry")
@@ -45,7 +45,9 @@ def plot_growth(report, title=None):
     handles += [Patch(facecolor=CAUSE_COLOURS[c], alpha=0.5 if c != "steady" else 1,
                       edgecolor="#999999") for c in used]
     labels += used
-    ax.legend(handles, labels, loc="upper left", fontsize=8, ncol=2, framealpha=0.9)
+    # outside the axes: inside, it would hide the reserved curve where it is highest
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.005, 1.0), borderaxespad=0,
+              fontsize=8)
     ax.set_title(title or "memory, entry by entry; each iteration shaded by its cause")
 
     n = list(range(len(its)))
