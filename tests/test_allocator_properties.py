@@ -33,23 +33,36 @@ CONFIGS = ["", "expandable_segments:True", "max_split_size_mb:40,garbage_collect
            "roundup_power2_divisions:2"]
 
 
+def apply_block_op(alloc, op, live) -> bool:
+    """Carry out a malloc, free, record_stream or empty_cache op on ``alloc`` (``live`` holds the
+    blocks in use); False for any other kind of op, which the caller handles."""
+    kind = op[0]
+    if kind == "malloc":
+        try:
+            live.append(alloc.malloc(op[1], op[2]))
+        except OutOfMemoryError:
+            pass  # an OOM is an allowed outcome; the invariants must still hold
+    elif kind == "free":
+        if live:
+            alloc.free(live.pop(op[1] % len(live)))
+    elif kind == "record_stream":
+        if live:
+            alloc.record_stream(live[op[1] % len(live)], op[2])
+    elif kind == "empty_cache":
+        alloc.empty_cache()
+    else:
+        return False
+    return True
+
+
 def run_ops(conf, ops, total=768 * MiB):
     alloc = DeviceCachingAllocator(total, config=AllocatorConfig.parse(conf), max_entries=500)
     live = []
     check_invariants(alloc)
     for op in ops:
         kind = op[0]
-        if kind == "malloc":
-            try:
-                live.append(alloc.malloc(op[1], op[2]))
-            except OutOfMemoryError:
-                pass
-        elif kind == "free" and live:
-            alloc.free(live.pop(op[1] % len(live)))
-        elif kind == "record_stream" and live:
-            alloc.record_stream(live[op[1] % len(live)], op[2])
-        elif kind == "empty_cache":
-            alloc.empty_cache()
+        if apply_block_op(alloc, op, live):
+            pass
         elif kind == "settings":
             alloc.set_allocator_settings(op[1])
         elif kind == "fraction":
@@ -136,17 +149,8 @@ def run_pool_ops(conf, ops, total=512 * MiB, prefix=POOL_PREFIX):
     next_id = [1, 1]
     for op in list(prefix) + list(ops):
         kind = op[0]
-        if kind == "malloc":
-            try:
-                live.append(alloc.malloc(op[1], op[2]))
-            except OutOfMemoryError:
-                pass
-        elif kind == "free" and live:
-            alloc.free(live.pop(op[1] % len(live)))
-        elif kind == "record_stream" and live:
-            alloc.record_stream(live[op[1] % len(live)], op[2])
-        elif kind == "empty_cache":
-            alloc.empty_cache()
+        if apply_block_op(alloc, op, live):
+            pass
         elif kind == "new_pool":
             pid = (0, next_id[1])
             next_id[1] += 1

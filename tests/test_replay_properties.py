@@ -23,6 +23,21 @@ OPS = st.lists(st.one_of(
 ), min_size=1, max_size=50)
 
 
+def apply_op(gpu, op, live):
+    """Carry out one generated op on the simulated GPU; ``live`` holds the tensors in use."""
+    if op[0] == "malloc":
+        try:
+            live.append(gpu.empty(op[1], stream=op[2]))
+        except gml.OutOfMemoryError:
+            pass  # an OOM is part of the recording the replay must reproduce
+    elif op[0] == "free" and live:
+        live.pop(op[1] % len(live)).free()
+    elif op[0] == "record_stream" and live:
+        gpu.record_stream(live[op[1] % len(live)], op[2])
+    elif op[0] == "empty_cache":
+        gpu.empty_cache()
+
+
 def _segments(snap):
     return [(s["address"], s["total_size"], [(b["size"], b["state"]) for b in s["blocks"]])
             for s in snap["segments"]]
@@ -36,17 +51,7 @@ def test_replaying_a_simulated_recording_reproduces_it(conf, ops):
     gpu = gml.SimulatedGPU("2GiB", alloc_conf=conf, record_frames=False)
     live = []
     for op in ops:
-        if op[0] == "malloc":
-            try:
-                live.append(gpu.empty(op[1], stream=op[2]))
-            except gml.OutOfMemoryError:
-                pass
-        elif op[0] == "free" and live:
-            live.pop(op[1] % len(live)).free()
-        elif op[0] == "record_stream" and live:
-            gpu.record_stream(live[op[1] % len(live)], op[2])
-        elif op[0] == "empty_cache":
-            gpu.empty_cache()
+        apply_op(gpu, op, live)
     snap = gpu.snapshot()
     if not snap["device_traces"][0]:
         return  # nothing was recorded (no allocation happened): nothing to replay
@@ -67,17 +72,7 @@ def test_mid_run_recordings_with_ooms_replay_exactly(conf, ops, start):
     for k, op in enumerate(ops):
         if k == start:
             gpu.allocator.alloc_buffer.clear()          # recording begins here
-        if op[0] == "malloc":
-            try:
-                live.append(gpu.empty(op[1], stream=op[2]))
-            except gml.OutOfMemoryError:
-                pass
-        elif op[0] == "free" and live:
-            live.pop(op[1] % len(live)).free()
-        elif op[0] == "record_stream" and live:
-            gpu.record_stream(live[op[1] % len(live)], op[2])
-        elif op[0] == "empty_cache":
-            gpu.empty_cache()
+        apply_op(gpu, op, live)
     snap = gpu.snapshot()
     if not snap["device_traces"][0]:
         return
