@@ -7,17 +7,20 @@ from gpumemlab.units import MiB, format_size, parse_size
 from .exercise_base import AnswerShapeError, exercise
 
 
+def size_answer(answer, name: str = "the size") -> int:
+    """``answer`` (an int of bytes or a string like '3 MiB') in bytes; a wrong shape is the
+    learner's AnswerShapeError, not a traceback."""
+    try:
+        return parse_size(answer, name=name)
+    except (TypeError, ValueError) as exc:
+        raise AnswerShapeError(str(exc)) from None
+
+
 def sizes_answer(answer, count: int) -> list:
     """``answer`` as ``count`` request sizes in bytes (ints or strings like '3 MiB')."""
     if not isinstance(answer, list) or len(answer) != count:
         raise AnswerShapeError(f"the answer must be a list of {count} sizes")
-    out = []
-    for i, value in enumerate(answer):
-        try:
-            out.append(parse_size(value, name=f"size {i}"))
-        except (TypeError, ValueError) as exc:
-            raise AnswerShapeError(str(exc)) from None
-    return out
+    return [size_answer(value, name=f"size {i}") for i, value in enumerate(answer)]
 
 
 # -- 01: three tensors, one shared 20 MiB segment

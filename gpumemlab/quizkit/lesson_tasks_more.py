@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpumemlab.units import GiB, MiB, format_size
 from .exercise_base import AnswerShapeError, exercise
+from .lesson_tasks import size_answer
 
 
 def settings_count(conf: str) -> int:
@@ -131,12 +132,7 @@ PAGE_06 = 20 * MiB
                  "Try sizes on fragmented_06('expandable_segments:True', request=...) and bisect."),
           stub="2 GiB")
 def _judge_06(answer):
-    from gpumemlab.units import parse_size
-
-    try:
-        size = parse_size(answer, name="the size")
-    except (TypeError, ValueError) as exc:
-        raise AnswerShapeError(str(exc)) from None
+    size = size_answer(answer, name="the size")
     conf = "expandable_segments:True"
     fits = size > 0 and fragmented_06(conf, request=size)[2]
     bigger = fragmented_06(conf, request=size + PAGE_06)[2] if fits else None
@@ -277,12 +273,7 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
                  "Your answer must fit, and 64 MiB less must not."),
           stub="4 GiB")
 def _judge_09(answer):
-    from gpumemlab.units import parse_size
-
-    try:
-        size = parse_size(answer, name="the card size")
-    except (TypeError, ValueError) as exc:
-        raise AnswerShapeError(str(exc)) from None
+    size = size_answer(answer, name="the card size")
     if size < STEP_09:
         return False, f"a {format_size(size)} card cannot hold the run's live tensors", {}
     fits = fits_09(size)
