@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from gpumemlab.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, round_size
 
 from .replay_pools import PoolRouter
-from .replay_start_expandable import build_expandable, scan_expandable
+from .replay_start_expandable import build_expandable, place_gap, scan_expandable
 
 _SEG_EVENTS = ("segment_alloc", "segment_free")
 
@@ -149,23 +149,15 @@ def _fill_gaps(seg, notes):
         if p.address < cursor:
             notes.append(f"overlapping live blocks at {p.address:#x}: the recording is inconsistent")
             continue
-        gap = p.address - cursor
-        if gap:
-            if gap < min_gap and out and out[-1].live:
-                out[-1].size += gap
-            else:
-                out.append(Piece(cursor, gap, False))
+        if p.address > cursor:
+            place_gap(out, cursor, p.address - cursor, min_gap, Piece)
         out.append(p)
         cursor = p.address + p.size
     if cursor > end:
         notes.append(f"segment {seg.address:#x}: blocks run past its end")
         out[-1].size -= cursor - end
     elif cursor < end:
-        gap = end - cursor
-        if gap < min_gap and out and out[-1].live:
-            out[-1].size += gap
-        else:
-            out.append(Piece(cursor, gap, False))
+        place_gap(out, cursor, end - cursor, min_gap, Piece)
     return out
 
 

@@ -45,6 +45,17 @@ class StartReservation:
     pieces: list          # ExpPiece in address order, covering [base, end of the last mapped page)
 
 
+def place_gap(pieces: list, address: int, size: int, min_gap: int, piece_type) -> None:
+    """Add the ``size`` bytes at ``address`` that no live block covers to ``pieces``: a gap under
+    ``min_gap`` is a remainder c10's ``should_split`` would not have cut off, so it belongs to
+    the live block before it; any other gap is a free block (``piece_type(address, size, False)``).
+    """
+    if size < min_gap and pieces and pieces[-1].live:
+        pieces[-1].size += size
+    else:
+        pieces.append(piece_type(address, size, False))
+
+
 def _sub(ranges, a, b):
     out = []
     for s, e in ranges:
@@ -159,20 +170,12 @@ def _pieces(base, ranges, final, made_by_trace, pre_live, small, touched):
             pieces.append(ExpPiece(cursor, a - cursor, False, unmapped=True))
         cursor = a
         for p in (p for p in live if a <= p.address < e):
-            gap = p.address - cursor
-            if gap:
-                if gap < min_gap and pieces and pieces[-1].live:
-                    pieces[-1].size += gap
-                else:
-                    pieces.append(ExpPiece(cursor, gap, False))
+            if p.address != cursor:
+                place_gap(pieces, cursor, p.address - cursor, min_gap, ExpPiece)
             pieces.append(p)
             cursor = p.address + p.size
         if e > cursor:
-            gap = e - cursor
-            if gap < min_gap and pieces and pieces[-1].live:
-                pieces[-1].size += gap
-            else:
-                pieces.append(ExpPiece(cursor, gap, False))
+            place_gap(pieces, cursor, e - cursor, min_gap, ExpPiece)
         cursor = max(cursor, e)
     return pieces
 
