@@ -2,7 +2,7 @@
 import cycle between modules, and an allocator that imports nothing outside itself.
 
 The rooms, lowest first. A module may import its own room and any room below it, never one above:
-allocator/ is the model; units.py and _lazy.py serve everyone; devices/ run the model or real
+allocator/ is the model; units.py, _lazy.py and cleantext.py serve everyone; devices/ run the model or real
 CUDA; recordings/ read, capture and replay snapshots; viz/ reads snapshots; kvcache/ may draw with
 viz/; doctor/ diagnoses recordings; certificates/ sign results and quizkit/ issues the unsigned
 self-study record through them; classroom/ grades quiz-built notebooks; cli/ sits on top.
@@ -15,9 +15,9 @@ import pathlib
 import gpumemlab
 
 PACKAGE = pathlib.Path(gpumemlab.__file__).parent
-ROOMS = ["allocator", "units", "_lazy", "devices", "recordings", "viz", "kvcache", "doctor",
+ROOMS = ["allocator", "units", "_lazy", "cleantext", "devices", "recordings", "viz", "kvcache", "doctor",
          "certificates", "quizkit", "classroom", "cli"]
-RANK = {"allocator": 0, "units": 1, "_lazy": 1, "devices": 2, "recordings": 3, "viz": 4,
+RANK = {"allocator": 0, "units": 1, "_lazy": 1, "cleantext": 1, "devices": 2, "recordings": 3, "viz": 4,
         "kvcache": 5, "doctor": 6, "certificates": 7, "quizkit": 8, "classroom": 9, "cli": 10}
 
 
