@@ -42,7 +42,7 @@ def make_recording(entries: int, seed: int = 0) -> dict:
 
 def bench_capture(repeats: int = 5):
     from gpumemlab.recordings.capture import capture
-    from gpumemlab.recordings.capture_demo import tiny_transformer, train_step
+    from gpumemlab.lessons.capture_demo import tiny_transformer, train_step
     rows = []
     for kw in ({}, {"d_model": 256, "seq_len": 128, "n_layers": 4}):
         model, opt = tiny_transformer(**kw)

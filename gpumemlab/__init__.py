@@ -31,7 +31,7 @@ _LAZY = {
     "capture": ("gpumemlab.recordings.capture", "capture"),
     "replay": ("gpumemlab.recordings.replay", "replay"),
     "scenarios": ("gpumemlab.devices.scenarios", None),
-    "experiment": ("gpumemlab.devices.experiment", "experiment"),
+    "experiment": ("gpumemlab.lessons.experiment", "experiment"),
     # views and metrics
     "show": ("gpumemlab.viz", "show"),
     "timeline": ("gpumemlab.viz", "timeline"),
@@ -49,7 +49,7 @@ _LAZY = {
     "quiz": ("gpumemlab.quizkit", "quiz"),
     "predict": ("gpumemlab.quizkit", "predict"),
     "reveal": ("gpumemlab.quizkit", "reveal"),
-    "exercise": ("gpumemlab.quizkit", "exercise"),
+    "exercise": ("gpumemlab.lessons", "exercise"),
     "whatif": ("gpumemlab.viz.whatif", "whatif"),
 }
 

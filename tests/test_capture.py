@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from gpumemlab.recordings.capture import CATEGORIES, capture  # noqa: E402
-from gpumemlab.recordings.capture_demo import tiny_transformer, train_step  # noqa: E402
+from gpumemlab.lessons.capture_demo import tiny_transformer, train_step  # noqa: E402
 from gpumemlab.recordings.files import dump_snapshot, load_snapshot, normalize_snapshot  # noqa: E402
 
 

@@ -129,7 +129,7 @@ def test_a_test_without_a_judge_is_marked_checked_inside(tmp_path):
     cell.source = "assert reserved_mib * 2 == 40"   # nbgrader style: no judge
     cell["id"] = "trusting-test-cell"
     src.cells.append(cell)
-    from gpumemlab.quizkit.lesson_exercises import all_exercises
+    from gpumemlab.lessons import all_exercises
 
     ex = next(iter(all_exercises()))   # a lesson exercise, its stub sent by a function
     src.cells.append(nbformat.v4.new_code_cell(f"stub_answer = lambda: {ex.stub!r}"))
@@ -157,7 +157,7 @@ def test_a_test_without_a_judge_is_marked_checked_inside(tmp_path):
 
 
 def test_lesson_exercises_are_judged_outside_too():
-    from gpumemlab.quizkit.lesson_exercises import all_exercises
+    from gpumemlab.lessons import all_exercises
 
     ex = next(iter(all_exercises()))
     inside, judges = split_test(f"gml.exercise.assert_passes({ex.id!r}, answer)", "cell")

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import gpumemlab as gml
-from gpumemlab.devices import selftest as st
+from gpumemlab.lessons import selftest as st
 
 GiB = 1024**3
 

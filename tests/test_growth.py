@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import gpumemlab as gml  # noqa: E402
-from gpumemlab.doctor import growth_cases as cases  # noqa: E402
+from gpumemlab.lessons import growth_cases as cases  # noqa: E402
 from gpumemlab.doctor.growth import GrowthError, iteration_spans  # noqa: E402
 
 B = 512                 # the cases' default batch
@@ -237,7 +237,7 @@ def test_bad_input_gets_one_line():
 
 
 def test_exercise_10_runs_the_loop_and_judges_by_growth():
-    from gpumemlab.quizkit.lesson_exercises import judge
+    from gpumemlab.lessons import judge
     from gpumemlab.units import format_size
     classes = judge("10.ex", "out.argmax(1)")          # right values, but a tensor a step
     assert not classes.passed and "memory grows" in classes.message

@@ -5,7 +5,8 @@ The rooms, lowest first. A module may import its own room and any room below it,
 allocator/ is the model; units.py, _lazy.py and cleantext.py serve everyone; devices/ run the model or real
 CUDA; recordings/ read, capture and replay snapshots; viz/ reads snapshots; kvcache/ may draw with
 viz/; doctor/ diagnoses recordings; certificates/ sign results and quizkit/ issues the unsigned
-self-study record through them; classroom/ grades quiz-built notebooks; cli/ sits on top.
+self-study record through them; lessons/ holds what each lesson owns (its exercise, workload,
+models), on quizkit's machinery; classroom/ grades quiz-built notebooks; cli/ sits on top.
 """
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ import gpumemlab
 
 PACKAGE = pathlib.Path(gpumemlab.__file__).parent
 ROOMS = ["allocator", "units", "_lazy", "cleantext", "devices", "recordings", "viz", "kvcache", "doctor",
-         "certificates", "quizkit", "classroom", "cli"]
+         "certificates", "quizkit", "lessons", "classroom", "cli"]
 RANK = {"allocator": 0, "units": 1, "_lazy": 1, "cleantext": 1, "devices": 2, "recordings": 3, "viz": 4,
-        "kvcache": 5, "doctor": 6, "certificates": 7, "quizkit": 8, "classroom": 9, "cli": 10}
+        "kvcache": 5, "doctor": 6, "certificates": 7, "quizkit": 8, "lessons": 9, "classroom": 10,
+        "cli": 11}
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpumemlab.quizkit.exercise_cells import Exercises
-from gpumemlab.quizkit.lesson_exercises import all_exercises, judge, judge_json
+from gpumemlab.lessons import all_exercises, judge, judge_json
 from gpumemlab.units import MiB
 
 # one right answer per exercise, checked by the judge itself (the simulator), not by this table
@@ -24,7 +24,7 @@ RIGHT = {
 
 def _largest_now():
     import gpumemlab as gml
-    from gpumemlab.quizkit.lesson_tasks import evidence_state
+    from gpumemlab.lessons.evidence import evidence_state
     gpu, _rec = evidence_state()
     return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
 
@@ -34,7 +34,7 @@ RIGHT["03.ex"] = _largest_now()
 
 def _largest_06():
     # bisect on the simulator: the largest request that fits (to 512 B)
-    from gpumemlab.quizkit.lesson_tasks_more import fragmented_06
+    from gpumemlab.lessons.expandable_segments import fragmented_06
     lo, hi = 0, 8 << 30
     while hi - lo > 512:
         mid = (lo + hi) // 1024 * 512
@@ -48,7 +48,7 @@ RIGHT["06.ex"] = _largest_06()
 
 def _largest_batch_07():
     # bisect on replays of the recorded step, between a batch that fits and one that does not
-    from gpumemlab.quizkit.lesson_tasks_more import exercise_card_07, fits_07
+    from gpumemlab.lessons.activations import exercise_card_07, fits_07
     card = exercise_card_07()
     lo, hi = 64, 128
     assert fits_07(lo, True, card) and not fits_07(hi, True, card)
@@ -63,7 +63,7 @@ RIGHT["07.ex"] = _largest_batch_07
 
 def _block_08():
     # the largest power of two whose waste, simulated, stays under the limit
-    from gpumemlab.quizkit.lesson_tasks_more import WASTE_LIMIT_08, waste_08
+    from gpumemlab.lessons.paged_kv_cache import WASTE_LIMIT_08, waste_08
     return max(b for b in (8, 16, 32, 64, 128) if waste_08(b) < WASTE_LIMIT_08)
 
 
@@ -72,7 +72,7 @@ RIGHT["08.ex"] = _block_08
 
 def _smallest_card_09():
     # bisect the card size on replays of the recording (to 1 MiB)
-    from gpumemlab.quizkit.lesson_tasks_more import fits_09
+    from gpumemlab.lessons.diagnose import fits_09
     lo, hi = 1 << 30, 4 << 30          # does not fit / fits
     assert not fits_09(lo) and fits_09(hi)
     while hi - lo > (1 << 20):

@@ -164,7 +164,7 @@ def test_at_least_two_predict_cells_each_before_its_reveal(name):
 
 @pytest.mark.parametrize("name", _experiment_lessons())
 def test_an_exercise_cell_with_a_registered_exercise(name):
-    from gpumemlab.quizkit.lesson_exercises import get
+    from gpumemlab.lessons import get
 
     cells = [c for c in _code_cells(_read(name)) if "exercise" in _tags(c)]
     ids = [i for c in cells for i in _EXERCISE.findall(c.source)]

@@ -142,7 +142,7 @@ def test_progress_is_reported():
 
 def test_capture_replays_on_a_simulated_gpu():
     torch = pytest.importorskip("torch")
-    from gpumemlab.recordings.capture_demo import tiny_transformer, train_step
+    from gpumemlab.lessons.capture_demo import tiny_transformer, train_step
     model, opt = tiny_transformer(d_model=64, n_layers=1, seq_len=16, vocab=128)
     with gml.capture(model, opt) as rec:
         train_step(model, opt, batch_size=2)

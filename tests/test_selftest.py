@@ -8,10 +8,10 @@ import json
 import pytest
 
 from gpumemlab.cli import main
-from gpumemlab.devices import selftest as st
+from gpumemlab.lessons import selftest as st
 from gpumemlab.devices.compare import compare, summary
 from gpumemlab.devices.cuda import cuda_available
-from gpumemlab.devices.selftest_worker import measure
+from gpumemlab.lessons.selftest_worker import measure
 from gpumemlab.devices.simulated import SimulatedGPU
 from gpumemlab.recordings.files import load_snapshot
 from gpumemlab.recordings.replay import replay

@@ -95,7 +95,7 @@ def question(qid: str):
 
 
 def check_questions(judges, where: str) -> None:
-    from gpumemlab.quizkit.lesson_exercises import get
+    from gpumemlab.lessons import get
 
     for j in judges:
         try:
@@ -149,7 +149,7 @@ def verdict(request: dict, reply, seed: str):
     if not reply["ok"]:
         return False, _short(f"{qid}: {reply.get('error', 'no answer')}")
     if request.get("kind") == "exercise":
-        from gpumemlab.quizkit.lesson_exercises import judge
+        from gpumemlab.lessons import judge
 
         v = judge(qid, reply.get("value"))
         return v.passed, "" if v.passed else _short(f"{qid}: {v.message}")

@@ -37,7 +37,7 @@ def _cuda_total():
 
 def run(args) -> int:
     from gpumemlab.cli import CLIError
-    from gpumemlab.devices import selftest as st
+    from gpumemlab.lessons import selftest as st
     from gpumemlab.devices.budget import BudgetError, decide_budget
     try:
         budget = parse_size(args.budget, name="--budget")

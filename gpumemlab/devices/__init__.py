@@ -2,8 +2,8 @@
 
 ``SimulatedGPU`` (``simulated``) drives the allocator model; ``CudaGPU`` and ``gml.device()``
 (``cuda``) use real ``torch.cuda`` memory when there is a CUDA device, within a budget
-(``budget``). ``scenarios`` and ``lesson_scenarios`` hold the lessons' workloads, which run on
-either; ``selftest`` (with ``selftest_worker`` and ``compare``) runs them on both and compares,
-and ``experiment`` is the lessons' one-cell version. Importing this package imports none of its
-modules.
+(``budget``). ``scenarios`` holds seeded workloads (and the ``_Run`` recorder the lessons'
+own workloads use), which run on either; ``compare`` compares one workload's steps on both.
+The lessons' workloads, ``selftest`` and ``gml.experiment`` live in ``gpumemlab.lessons``.
+Importing this package imports none of its modules.
 """

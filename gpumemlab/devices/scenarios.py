@@ -120,6 +120,11 @@ class _Run:
         return self.rec
 
 
+def mib_round(n: int) -> int:
+    """``n`` rounded down to whole 2 MiB units (kRoundLarge), at least one."""
+    return max(2 * MiB, n // (2 * MiB) * (2 * MiB))
+
+
 def _chunk(gpu, parts):
     """A large-pool size: capacity / parts, rounded down to 2 MiB (at least 12 MiB)."""
     return max(12 * MiB, (gpu.total_memory // parts) // K_ROUND_LARGE * K_ROUND_LARGE)

@@ -1,10 +1,14 @@
 """The parts every lesson exercise is made of: ``LessonExercise`` (the task, the hint ladder, the
 stub the notebook ships, the judge), ``Verdict``, the ``exercise`` decorator that registers a judge,
-and ``plain`` (answers are plain JSON data). See ``lesson_exercises`` for the contract.
+and ``plain`` (answers are plain JSON data); and the answer parsers judges share (``size_answer``,
+``sizes_answer``, ``alloc_conf_answer``, ``settings_count``, ``exact``). See ``lesson_exercises``
+for the contract; the lessons' own exercises are in ``gpumemlab.lessons``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from gpumemlab.units import format_size, parse_size
 
 
 @dataclass(frozen=True)
@@ -58,3 +62,51 @@ def plain(value, path="answer"):
         return {k: plain(v, f"{path}[{k!r}]") for k, v in value.items()}
     raise AnswerShapeError(f"{path} is a {type(value).__name__}: an answer must be plain data "
                            f"(numbers, strings, lists, dicts)")
+
+
+def size_answer(answer, name: str = "the size") -> int:
+    """``answer`` (an int of bytes or a string like '3 MiB') in bytes; a wrong shape is the
+    learner's AnswerShapeError, not a traceback."""
+    try:
+        return parse_size(answer, name=name)
+    except (TypeError, ValueError) as exc:
+        raise AnswerShapeError(str(exc)) from None
+
+
+def sizes_answer(answer, count: int) -> list:
+    """``answer`` as ``count`` request sizes in bytes (ints or strings like '3 MiB')."""
+    if not isinstance(answer, list) or len(answer) != count:
+        raise AnswerShapeError(f"the answer must be a list of {count} sizes")
+    return [size_answer(value, name=f"size {i}") for i, value in enumerate(answer)]
+
+
+def exact(n: int) -> str:
+    """A size and its byte count, for answers judged to the byte."""
+    return f"{format_size(n)} ({n:,} bytes)"
+
+
+def settings_count(conf: str) -> int:
+    """How many settings a ``PYTORCH_CUDA_ALLOC_CONF`` string holds (commas inside [] do not
+    separate settings)."""
+    depth, count, seen = 0, 0, False
+    for ch in conf:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            count, seen = count + seen, False
+        elif not ch.isspace():
+            seen = True
+    return count + seen
+
+
+def alloc_conf_answer(answer) -> str:
+    """``answer`` as a settings string c10 accepts, or AnswerShapeError with c10's complaint."""
+    from gpumemlab.allocator.config import AllocatorConfig
+
+    if not isinstance(answer, str):
+        raise AnswerShapeError(f"the answer is a {type(answer).__name__}, not a settings string")
+    try:
+        AllocatorConfig.parse(answer)
+    except (TypeError, ValueError) as exc:
+        raise AnswerShapeError(f"c10 would refuse {answer!r}: {exc}") from None
+    return answer

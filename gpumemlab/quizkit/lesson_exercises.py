@@ -7,9 +7,10 @@ the notebook (``gml.exercise.check``) and in the classroom grader, which receive
 JSON from the student's sandbox and calls :func:`judge_json` in its own process. A judge returns a
 :class:`Verdict` with the measured figures that decided it; a malformed answer (a setting c10
 would refuse, a list with a missing name) becomes a failed verdict whose message says what was
-expected, never an exception. The tasks themselves live in ``lesson_tasks.py`` (lessons 01-04),
-``lesson_tasks_more.py`` (05-09), ``lesson_tasks_growth.py`` (10) and ``lesson_tasks_11.py`` (11);
-every right answer is found by running the simulator at judge time, not typed in.
+expected, never an exception. The exercises themselves belong to the lessons
+(``gpumemlab.lessons``, one module per lesson), which register them here when imported: reach
+these functions through ``gpumemlab.lessons`` so that every lesson's exercise is known. Every
+right answer is found by running the simulator at judge time, not typed in.
 """
 from __future__ import annotations
 
@@ -20,21 +21,15 @@ from .exercise_base import (REGISTRY, AnswerShapeError, LessonExercise, Verdict,
 
 
 def get(ex_id: str) -> LessonExercise:
-    _load()
     try:
         return REGISTRY[ex_id]
     except KeyError:
-        raise KeyError(f"no exercise {ex_id!r}; known: {', '.join(sorted(REGISTRY))}") from None
+        known = ", ".join(sorted(REGISTRY)) or "none (import gpumemlab.lessons to register them)"
+        raise KeyError(f"no exercise {ex_id!r}; known: {known}") from None
 
 
 def all_exercises() -> list:
-    _load()
     return [REGISTRY[k] for k in sorted(REGISTRY)]
-
-
-def _load():
-    # the task modules register themselves on import
-    from . import lesson_tasks, lesson_tasks_11, lesson_tasks_growth, lesson_tasks_more  # noqa: F401
 
 
 def judge(ex_id: str, answer) -> Verdict:

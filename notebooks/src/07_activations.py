@@ -36,13 +36,13 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # an output head. `ckpt=True` wraps each block in `torch.utils.checkpoint.checkpoint(...,
 # use_reentrant=False)`. The weights are random and seeded: memory does not depend on what the
 # model has learned. `record_step` records one training step with `gml.capture`. The code lives
-# in the kit (`gpumemlab/recordings/tiny_lm.py`, printed here) so that this exercise's checker
+# in the kit (`gpumemlab/lessons/tiny_lm.py`, printed here) so that this exercise's checker
 # records the very same step.
 
 # %%
 import inspect
-from gpumemlab.recordings import tiny_lm
-from gpumemlab.recordings.tiny_lm import record_step
+from gpumemlab.lessons import tiny_lm
+from gpumemlab.lessons.tiny_lm import record_step
 
 print(inspect.getsource(tiny_lm.Block))
 print(inspect.getsource(tiny_lm.TinyLM))
@@ -268,7 +268,7 @@ print(f"batch 32: activations kept for backward {gml.format_size(act)} "
 
 # %% tags=["exercise"]
 gml.exercise("07.ex")
-from gpumemlab.quizkit.lesson_tasks_more import exercise_card_07
+from gpumemlab.lessons.activations import exercise_card_07
 print(f"the exercise's card: {gml.format_size(exercise_card_07())}")
 my_batch = 32              # change this
 gml.exercise.check("07.ex", my_batch)

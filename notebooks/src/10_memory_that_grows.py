@@ -49,11 +49,11 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # report = gml.growth(rec)                          # on a GPU: gml.growth(torch.cuda.memory._snapshot())
 # ```
 #
-# The loops live in `gpumemlab/doctor/growth_cases.py`; `show_loop` prints each one.
+# The loops live in `gpumemlab/lessons/growth_cases.py`; `show_loop` prints each one.
 
 # %%
 import inspect
-from gpumemlab.doctor import growth_cases as cases
+from gpumemlab.lessons import growth_cases as cases
 
 fmt = gml.format_size
 

@@ -256,7 +256,7 @@ for flag in (False, True):
 # because graphs are replayed one at a time.
 
 # %%
-from gpumemlab.quizkit.lesson_tasks_11 import capture_graphs, captured_step
+from gpumemlab.lessons.pools_and_graphs import capture_graphs, captured_step
 help(captured_step)
 
 # %%

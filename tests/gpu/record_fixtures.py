@@ -19,7 +19,7 @@ from pathlib import Path
 root = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(root))
 
-from gpumemlab.devices import selftest as st  # noqa: E402
+from gpumemlab.lessons import selftest as st  # noqa: E402
 from gpumemlab.recordings.files import load_snapshot  # noqa: E402
 from gpumemlab.recordings.replay import replay  # noqa: E402
 from gpumemlab.units import format_size, parse_size  # noqa: E402

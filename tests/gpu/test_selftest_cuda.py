@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpumemlab.devices import selftest as st
+from gpumemlab.lessons import selftest as st
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -217,7 +217,7 @@ def new_shapes(lengths=NEW_SHAPE_LENGTHS, batch: int = 8, fixed: bool = False,
     asks for new tensor sizes. Fixed: every batch padded to the longest length."""
     import torch
     import torch.nn.functional as F
-    from gpumemlab.recordings.capture_demo import tiny_transformer
+    from gpumemlab.lessons.capture_demo import tiny_transformer
     model, _adam = tiny_transformer(vocab=vocab, seq_len=max(lengths), d_model=d_model,
                                     n_layers=n_layers)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

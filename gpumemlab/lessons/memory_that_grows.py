@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from gpumemlab.units import format_size
-from .exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 
 # method -> the arguments allowed, as written
 _METHODS = {"detach": ("",), "argmax": ("1", "dim=1", "-1", "dim=-1"), "tolist": ("",),
@@ -79,7 +79,7 @@ def _as_lists(value):
 def _judge_10(answer):
     import torch
     from gpumemlab.doctor.growth import growth
-    from gpumemlab.doctor.growth_cases import predictions_kept
+    from gpumemlab.lessons.growth_cases import predictions_kept
 
     calls = parse_keep(answer)
     truth, kept = [], []

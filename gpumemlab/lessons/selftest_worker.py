@@ -1,6 +1,6 @@
 """The child process of ``selftest``: one scenario on one fresh device, its summary on stdout.
 
-    python -m gpumemlab.devices.selftest_worker NAME BUDGET_BYTES [--device cuda|sim] [--snapshot FILE]
+    python -m gpumemlab.lessons.selftest_worker NAME BUDGET_BYTES [--device cuda|sim] [--snapshot FILE]
 
 On ``cuda`` the device is a ``CudaGPU`` of the budget (``PYTORCH_CUDA_ALLOC_CONF``, set by the
 parent, is read by PyTorch at start-up); its statistics are reset before the scenario so both
@@ -19,8 +19,8 @@ import os
 import pickle
 import sys
 
-from .compare import summary
-from .scenarios import ScenarioRecord
+from gpumemlab.devices.compare import summary
+from gpumemlab.devices.scenarios import ScenarioRecord
 
 _MARK = "GPUMEMLAB-SELFTEST-RESULT "
 
@@ -37,9 +37,9 @@ def _strip_frames(snapshot: dict) -> dict:
 
 def _open(device: str, budget: int, conf: str):
     if device == "sim":
-        from .simulated import SimulatedGPU
+        from gpumemlab.devices.simulated import SimulatedGPU
         return SimulatedGPU(budget, alloc_conf=conf, record_frames=False)
-    from .cuda import CudaGPU
+    from gpumemlab.devices.cuda import CudaGPU
     gpu = CudaGPU(budget)              # settings come from PYTORCH_CUDA_ALLOC_CONF, at start-up
     gpu.empty_cache()
     gpu.reset_peak_memory_stats()

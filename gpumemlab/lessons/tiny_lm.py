@@ -1,7 +1,7 @@
 """Lesson 07's model: a small decoder-style language model (embedding, attention and MLP blocks
 with layer norms, an output head) whose training step is recorded on the CPU with
 ``gml.capture`` and replayed on the simulated GPU. It lives here, not in the notebook, so that
-the lesson and the checker of its exercise (``quizkit/lesson_tasks_more.py``) record the very
+the lesson and the checker of its exercise (``lessons/activations.py``) record the very
 same step. ``ckpt=True`` wraps each block in ``torch.utils.checkpoint.checkpoint(...,
 use_reentrant=False)``. Weights are random and seeded: memory does not depend on what the model
 has learned. Importing this module imports torch.
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .capture import capture
+from gpumemlab.recordings.capture import capture
 
 VOCAB, D_MODEL, HEADS, LAYERS = 1000, 128, 4, 4
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from itertools import permutations
 
 from gpumemlab.units import MiB, format_size
-from .exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 
 BATCHES_11 = (8, 4, 2, 1)
 CARD_11 = "8GiB"
@@ -57,7 +57,7 @@ def _order_answer(answer) -> list:
 
 @exercise("11.ex", "a capture order for a shared graph pool",
           "Four CUDA graphs, for batch sizes 8, 4, 2 and 1, are captured one after the other into "
-          "one shared pool (gpumemlab.quizkit.lesson_tasks_11.capture_graphs). Give an order of "
+          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs). Give an order of "
           "capture under which the pool reserves as little as under any order.",
           "a list of the four batch sizes, like [1, 2, 4, 8]",
           hints=("Each capture's temporaries are freed into the pool when it ends: what can the "

@@ -1,7 +1,7 @@
 """``gpumemlab selftest``: every lesson's experiment on the model and, where there is CUDA, on
 the real card, compared step by step (``compare``).
 
-Each :class:`Scenario` names a workload of ``scenarios``/``lesson_scenarios``, the lesson it
+Each :class:`Scenario` names a workload of ``gpumemlab.devices.scenarios`` or of a lesson's module here, the lesson it
 comes from, the ``PYTORCH_CUDA_ALLOC_CONF`` it runs under and the story the lesson tells about it
 (an OOM or none, and a figure or two), which the simulator must reproduce (``simulated_ok``).
 
@@ -23,10 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from gpumemlab.devices import scenarios as S
+from gpumemlab.devices.compare import compare, summary
 from gpumemlab.units import format_size, parse_size
-from . import lesson_scenarios as L
-from . import scenarios as S
-from .compare import compare, summary
+from .activations import activations
+from .allocator_settings import big_then_small, growing, max_split_conf, variable_lengths
+from .caching_allocator import cache_reuse
+from .empty_cache import empty_cache_story
+from .paged_kv_cache import kv_contiguous, kv_paged
 
 __all__ = ["Scenario", "SCENARIOS", "DEFAULT_BUDGET", "by_name", "run_simulated", "run_on_cuda",
            "selftest", "exit_status"]
@@ -78,34 +82,34 @@ def _reserved_after_empty_cache(rec):
 
 
 SCENARIOS = [
-    Scenario("cache_reuse", "01", L.cache_reuse, expect_oom=False,
+    Scenario("cache_reuse", "01", cache_reuse, expect_oom=False,
              check=lambda r: _want("segments were allocated after the first step",
                                    r.stats["num_device_alloc"] == len(r.notes["sizes"]))),
     Scenario("fragmentation_oom", "02", S.fragmentation_oom, expect_oom=True,
              check=lambda r: _want("the OOM came with less free memory than requested",
                                    r.free_at_oom is not None and r.free_at_oom > r.oom_request)),
     Scenario("train_step_like", "03", S.train_step_like, expect_oom=False),
-    Scenario("empty_cache", "04", L.empty_cache_story, expect_oom=True,
+    Scenario("empty_cache", "04", empty_cache_story, expect_oom=True,
              check=_reserved_after_empty_cache),
-    Scenario("max_split_size_off", "05", L.big_then_small, expect_oom=True),
-    Scenario("max_split_size_on", "05", L.big_then_small, L.max_split_conf, expect_oom=False),
-    Scenario("garbage_collection_off", "05", L.growing, expect_oom=False,
+    Scenario("max_split_size_off", "05", big_then_small, expect_oom=True),
+    Scenario("max_split_size_on", "05", big_then_small, max_split_conf, expect_oom=False),
+    Scenario("garbage_collection_off", "05", growing, expect_oom=False,
              check=lambda r: _want("no OOM-path retries without garbage collection",
                                    r.stats["num_alloc_retries"] > 0)),
-    Scenario("garbage_collection_on", "05", L.growing, "garbage_collection_threshold:0.6",
+    Scenario("garbage_collection_on", "05", growing, "garbage_collection_threshold:0.6",
              expect_oom=False,
              check=lambda r: _want("OOM-path retries despite garbage collection",
                                    r.stats["num_alloc_retries"] == 0)),
-    Scenario("roundup_power2_off", "05", L.variable_lengths, expect_oom=False),
-    Scenario("roundup_power2_on", "05", L.variable_lengths, "roundup_power2_divisions:4",
+    Scenario("roundup_power2_off", "05", variable_lengths, expect_oom=False),
+    Scenario("roundup_power2_on", "05", variable_lengths, "roundup_power2_divisions:4",
              expect_oom=False),
     Scenario("expandable_segments", "06", S.fragmentation_oom, "expandable_segments:True",
              expect_oom=False),
-    Scenario("activations", "07", L.activations, expect_oom=True),
-    Scenario("activations_checkpointed", "07", L.activations, expect_oom=False,
+    Scenario("activations", "07", activations, expect_oom=True),
+    Scenario("activations_checkpointed", "07", activations, expect_oom=False,
              kwargs={"checkpoint": True}),
-    Scenario("kv_contiguous", "08", L.kv_contiguous, expect_oom=True),
-    Scenario("kv_paged", "08", L.kv_paged, expect_oom=False),
+    Scenario("kv_contiguous", "08", kv_contiguous, expect_oom=True),
+    Scenario("kv_paged", "08", kv_paged, expect_oom=False),
     Scenario("batch_growth", "09", S.batch_growth, expect_oom=True),
 ]
 
@@ -119,7 +123,7 @@ def by_name(name: str) -> Scenario:
 
 def run_simulated(scenario: Scenario, budget: int = DEFAULT_BUDGET):
     """The model's prediction: the scenario on a fresh SimulatedGPU of ``budget`` bytes."""
-    from .simulated import SimulatedGPU
+    from gpumemlab.devices.simulated import SimulatedGPU
     gpu = SimulatedGPU(budget, alloc_conf=scenario.conf(budget), record_frames=False)
     return scenario.on(gpu)
 
@@ -136,7 +140,7 @@ def run_on_cuda(scenario: Scenario, budget: int = DEFAULT_BUDGET, *, snapshot_pa
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     env["PYTORCH_CUDA_ALLOC_CONF"] = scenario.conf(budget)
-    cmd = [sys.executable, "-m", "gpumemlab.devices.selftest_worker", scenario.name,
+    cmd = [sys.executable, "-m", "gpumemlab.lessons.selftest_worker", scenario.name,
            str(budget), "--device", device]
     if snapshot_path is not None:
         cmd += ["--snapshot", str(snapshot_path)]

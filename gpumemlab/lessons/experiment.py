@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpumemlab.units import format_size
 from . import selftest as st
-from .compare import compare, summary
+from gpumemlab.devices.compare import compare, summary
 
 __all__ = ["experiment", "Experiment", "ExperimentResult"]
 

@@ -1,0 +1,26 @@
+"""What the lessons own: each lesson's exercise (its task, hints and judge, registered with
+``quizkit``'s exercise machinery), its selftest workload and the models and loops it studies.
+A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its module here:
+
+* ``caching_allocator`` (01), ``fragmentation`` (02), ``evidence`` (03), ``empty_cache`` (04),
+  ``allocator_settings`` (05), ``expandable_segments`` (06), ``activations`` (07, with its model
+  ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09), ``memory_that_grows`` (10, with its
+  real torch loops ``growth_cases``), ``pools_and_graphs`` (11);
+* ``capture_demo``: a small transformer and training step to capture on the CPU;
+* ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
+  and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
+  the learner's own device beside the model's prediction.
+
+Importing this package registers every lesson's exercise, so ``get``, ``all_exercises``,
+``judge`` and ``judge_json`` (``quizkit.lesson_exercises``'s, re-exported) and ``exercise``
+(``gml.exercise``) know them all. It imports no torch: the models are imported when used.
+"""
+from __future__ import annotations
+
+from gpumemlab.quizkit import exercise
+from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
+from . import (activations, allocator_settings, caching_allocator, diagnose,  # noqa: F401
+               empty_cache, evidence, expandable_segments, fragmentation, memory_that_grows,
+               paged_kv_cache, pools_and_graphs)
+
+__all__ = ["exercise", "get", "all_exercises", "judge", "judge_json"]

@@ -1,0 +1,55 @@
+"""Lesson 01, the caching allocator: its exercise (three tensors in one 20 MiB segment) and its
+selftest workload ``cache_reuse`` (a loop that frees and re-allocates the same tensors asks the
+driver for segments only in its first step: c10 ``get_free_block`` reuses cached blocks).
+"""
+from __future__ import annotations
+
+from gpumemlab.devices.scenarios import _chunk, _Run
+from gpumemlab.quizkit.exercise_base import exercise, sizes_answer
+from gpumemlab.units import format_size, MiB
+
+
+# -- 01: three tensors, one shared 20 MiB segment
+@exercise("01.ex", "three tensors in one 20 MiB segment",
+          "Choose the sizes of three tensors, each of them in the LARGE pool, so that all three "
+          "live in one and the same 20 MiB segment of a fresh card: one cudaMalloc, no more.",
+          "a list of three sizes, like [4 * MiB, '3 MiB', 1234567]",
+          hints=("Which requests are in the large pool? Look at the round_size table.",
+                 "Large requests up to 10 MiB get a 20 MiB segment; the rest of it is split off "
+                 "and serves the next requests.",
+                 "Three sizes a bit over 1 MiB, whose rounded sum stays below 20 MiB."),
+          stub=[MiB, MiB, MiB])
+def _judge_01(answer):
+    from gpumemlab.allocator.rounding import is_small, round_size
+    from gpumemlab.devices.simulated import SimulatedGPU
+
+    sizes = sizes_answer(answer, 3)
+    gpu = SimulatedGPU("8GiB", alloc_conf="")
+    live = [gpu.empty(n) for n in sizes]
+    segments = gpu.memory_snapshot()
+    figures = {"sizes": sizes, "segments": [s["total_size"] for s in segments],
+               "cudaMalloc": gpu.memory_stats()["num_device_alloc"]}
+    small = [format_size(n) for n in sizes if is_small(round_size(n))]
+    if small:
+        return False, (f"{', '.join(small)} {'is' if len(small) == 1 else 'are'} in the small "
+                       f"pool (at most 1 MiB after rounding)"), figures
+    shown = ", ".join(format_size(s) for s in figures["segments"])
+    del live
+    if len(segments) == 1 and segments[0]["total_size"] == 20 * MiB:
+        return True, "one cudaMalloc of 20 MiB holds all three tensors", figures
+    return False, f"the card has {len(segments)} segment(s) of {shown}", figures
+
+
+# -- the selftest workload (run on the simulator and, with CUDA, on the real card)
+def cache_reuse(gpu, *, steps: int = 5, release: bool = True):
+    """Each step: a 1-byte tensor (small pool), 1 MiB + 1 byte (large pool, a 20 MiB segment)
+    and 1/16 of the device, all freed at the end of the step."""
+    run = _Run(gpu, "cache_reuse")
+    sizes = (1, MiB + 1, _chunk(gpu, 16))
+    for step in range(steps):
+        for i, n in enumerate(sizes):
+            run.alloc(i, n, f"step {step}: tensor {i}")
+        for i in range(len(sizes)):
+            run.free(i, f"step {step}: tensor {i} freed")
+    run.rec.notes.update(sizes=list(sizes), steps=steps)
+    return run.finish(release)

@@ -1,0 +1,54 @@
+"""Lesson 09, diagnosing a run: its exercise (the smallest card a recorded run fits on with
+expandable segments).
+"""
+from __future__ import annotations
+
+from gpumemlab.quizkit.exercise_base import exercise, size_answer
+from gpumemlab.units import format_size, MiB
+
+
+# -- 09: the smallest card a recorded run fits on, with expandable segments
+STEP_09 = 64 * MiB
+
+
+def recording_09() -> dict:
+    """Lesson 09's recording: the kit's seeded fragmentation OOM on a simulated 4 GiB card, as
+    the lesson makes it when the shipped file is missing (a snapshot with its trace)."""
+    from gpumemlab.devices.scenarios import fragmentation_oom
+    from gpumemlab.devices.simulated import SimulatedGPU
+
+    gpu = SimulatedGPU("4GiB", alloc_conf="")
+    return fragmentation_oom(gpu, release=False).snapshot
+
+
+def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
+    from gpumemlab.recordings.replay import replay
+
+    return replay(recording_09(), alloc_conf=conf, total_memory=total_memory).oom is None
+
+
+@exercise("09.ex", "the smallest card that runs it",
+          "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose.recording_09(), "
+          "the same fragmentation OOM the lesson diagnoses) with expandable_segments:True on "
+          "smaller and smaller cards. What is the smallest card size on which it runs without "
+          "an OOM? Answer to within 64 MiB.",
+          "a size, like '3.5 GiB' or '3600 MiB'",
+          hints=("gml.replay(recording, alloc_conf='expandable_segments:True', "
+                 "total_memory=size).oom is None means it fits.",
+                 "It fits on the recorded 4 GiB card; bisect below that.",
+                 "Your answer must fit, and 64 MiB less must not."),
+          stub="4 GiB")
+def _judge_09(answer):
+    size = size_answer(answer, name="the card size")
+    if size < STEP_09:
+        return False, f"a {format_size(size)} card cannot hold the run's live tensors", {}
+    fits = fits_09(size)
+    smaller = fits_09(size - STEP_09) if fits else None
+    figures = {"card_bytes": size, "fits": fits, "64MiB_less_fits": smaller}
+    if not fits:
+        return False, f"on a {format_size(size)} card the replay runs out of memory", figures
+    if smaller:
+        return False, (f"it fits on {format_size(size)}, and on "
+                       f"{format_size(size - STEP_09)} too: a smaller card works"), figures
+    return True, (f"it fits on {format_size(size)} and runs out of memory on "
+                  f"{format_size(size - STEP_09)}"), figures
