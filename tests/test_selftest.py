@@ -28,7 +28,7 @@ def _cli(*argv):
 
 def test_every_lesson_has_a_scenario():
     lessons = {s.lesson for s in st.SCENARIOS}
-    assert len(st.SCENARIOS) >= 8 and lessons >= {f"0{i}" for i in range(1, 10)}
+    assert len(st.SCENARIOS) >= 8 and lessons >= {f"{i:02d}" for i in range(1, 12)}
     assert len({s.name for s in st.SCENARIOS}) == len(st.SCENARIOS)
     # each allocator setting of lessons 05 and 06 runs under its own scenario
     confs = " ".join(s.conf(st.DEFAULT_BUDGET) for s in st.SCENARIOS)
@@ -58,6 +58,11 @@ def test_pairs_show_what_the_setting_changes():
     assert stored.oom and not ckpt.oom
     assert ckpt.notes["peak_allocated"] < stored.notes["peak_allocated"]
     assert run("kv_paged").notes["max_running"] > run("kv_contiguous").notes["max_running"]
+    kept, fixed = run("growing_loop_kept"), run("growing_loop_fixed")
+    assert kept.notes["allocated_after_step"][-1] > kept.notes["allocated_after_step"][0] > 0
+    assert set(fixed.notes["allocated_after_step"]) == {0}
+    largest_first, smallest_first = run("graph_capture_order").notes["pool_reserved"]
+    assert 0 < largest_first < smallest_first
 
 
 def test_json_report_has_exactly_the_issue_shape():
@@ -182,3 +187,28 @@ def test_worker_snapshot_is_a_recording_that_replays_exactly(tmp_path):
     assert not any("frames" in e for e in snap["device_traces"][0])
     result = replay(snap, total_memory=st.DEFAULT_BUDGET, stop_on_oom=False)
     assert result.address_mismatches == 0 and result.reproduced
+
+
+def test_lesson_10_and_11_workloads_follow_the_rules():
+    """Known answers: a kept output of 8 MiB + 1,000 bytes adds round_size of it (to 512 B) a
+    step; lesson 11's shared pool reserves what its exercise computes for the same orders."""
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_11, reserved_for_order
+
+    rec = st.run_simulated(st.by_name("growing_loop_kept"), 2 * GiB)
+    out = 2 * GiB // 256 + 1000
+    rounded = (out + 511) // 512 * 512
+    after = rec.notes["allocated_after_step"]
+    assert [b - a for a, b in zip(after, after[1:])] == [rounded] * (len(after) - 1)
+    rec = st.run_simulated(st.by_name("graph_capture_order"), 2 * GiB)
+    assert rec.notes["pool_reserved"] == [reserved_for_order(BATCHES_11),
+                                          reserved_for_order(tuple(reversed(BATCHES_11)))]
+    # the graphs were reset and the cache emptied: nothing stays reserved
+    assert rec.steps[-1]["reserved"] == 0
+
+
+def test_cuda_pools_api_matches_the_simulated_one():
+    """The pool/graph methods a workload calls exist on both devices with the same names."""
+    from gpumemlab.devices.cuda import CudaGPU
+
+    for name in ("graph_pool_handle", "CUDAGraph", "graph", "MemPool", "use_mem_pool"):
+        assert callable(getattr(SimulatedGPU, name)) and callable(getattr(CudaGPU, name)), name

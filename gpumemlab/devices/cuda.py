@@ -29,6 +29,7 @@ from gpumemlab.units import format_size, parse_size
 from .budget import BudgetError, CardTooBusyError, decide_budget, fraction_for
 
 from .simulated import SimulatedGPU
+from .cuda_pools import CudaPoolsAPI
 
 __all__ = ["CudaGPU", "CudaAllocation", "device", "cuda_available"]
 
@@ -71,7 +72,7 @@ class CudaAllocation:
         return f"<CudaAllocation {self.nbytes} bytes at {self.address:#x}, {state}>"
 
 
-class CudaGPU:
+class CudaGPU(CudaPoolsAPI):
     """Real GPU memory under a budget, with the SimulatedGPU interface (``kind == "cuda"``)."""
 
     kind = "cuda"

@@ -109,3 +109,29 @@ def _judge_10(answer):
         return False, f"the classes are right, but memory grows: {growth_text}", figures
     return True, (f"you keep a {figures['kept_type']} of Python ints a step and no bytes stay "
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
+
+
+# -- the selftest workload (run on the simulator and, with CUDA, on the real card)
+def growing_loop(gpu, *, steps: int = 6, keep_outputs: bool = True, release: bool = True):
+    """Lesson 10's loop as plain allocations: each step makes three activations (1/64 of the
+    device each) and an output of 1/256 of it plus 1,000 bytes, and frees the activations. With
+    ``keep_outputs`` every step's output stays alive (``preds.append(out)``): allocated memory
+    grows by one output, rounded to 512 bytes (c10 ``round_size``), every step, while the cached
+    activations are reused. Without, the output dies too and the loop is steady after step 0.
+    ``notes["allocated_after_step"]``: allocated bytes at the end of each step."""
+    from gpumemlab.devices.scenarios import _chunk, _Run
+
+    run = _Run(gpu, "growing_loop")
+    act, out = _chunk(gpu, 64), gpu.total_memory // 256 + 1000
+    after = []
+    for step in range(steps):
+        for i in range(3):
+            run.alloc(("act", i), act, f"step {step}: activation {i}")
+        run.alloc(("out", step), out, f"step {step}: output")
+        for i in range(3):
+            run.free(("act", i), f"step {step}: activation {i} freed")
+        if not keep_outputs:
+            run.free(("out", step), f"step {step}: output freed")
+        after.append(gpu.memory_allocated())
+    run.rec.notes.update(allocated_after_step=after, output_bytes=out, keep_outputs=keep_outputs)
+    return run.finish(release)

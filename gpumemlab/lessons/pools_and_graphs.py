@@ -76,3 +76,38 @@ def _judge_11(answer):
                       f"little as any order"), figures
     return False, (f"capturing {order} the shared pool reserves {format_size(mine)}; some order "
                    f"needs only {format_size(best)}"), figures
+
+
+# -- the selftest workload (run on the simulator and, with CUDA, on the real card)
+def graph_capture_order(gpu, *, orders=(BATCHES_11, tuple(reversed(BATCHES_11))),
+                        release: bool = True):
+    """Lesson 11's captures as plain allocations: for each order, one graph per batch size
+    captured into one shared pool (``graph_pool_handle``), each capture making three 3 MiB-a-
+    sequence activations that die and a 1 MiB-a-sequence output that stays; then the outputs are
+    freed, the graphs reset and the cache emptied before the next order.
+    ``notes["pool_reserved"]``: what each order's shared pool reserved (bytes), in order."""
+    from gpumemlab.devices.scenarios import _Run
+
+    run = _Run(gpu, "graph_capture_order")
+    reserved = []
+    for k, order in enumerate(orders):
+        before = gpu.memory_reserved()
+        handle, graphs = gpu.graph_pool_handle(), []
+        for b in order:
+            g = gpu.CUDAGraph()
+            with gpu.graph(g, pool=handle):
+                for i in range(3):
+                    run.alloc((k, b, "act", i), 3 * MiB * b, f"order {k}, batch {b}: activation {i}")
+                run.alloc((k, b, "out"), MiB * b, f"order {k}, batch {b}: output")
+                for i in range(3):
+                    run.free((k, b, "act", i), f"order {k}, batch {b}: activation {i} freed")
+            graphs.append(g)
+        reserved.append(gpu.memory_reserved() - before)
+        for b in order:
+            run.free((k, b, "out"), f"order {k}, batch {b}: output freed")
+        for g in graphs:
+            g.reset()
+        del graphs
+        run.act(f"order {k}: empty_cache()", gpu.empty_cache)
+    run.rec.notes.update(orders=[list(o) for o in orders], pool_reserved=reserved)
+    return run.finish(release)

@@ -30,7 +30,9 @@ from .activations import activations
 from .allocator_settings import big_then_small, growing, max_split_conf, variable_lengths
 from .caching_allocator import cache_reuse
 from .empty_cache import empty_cache_story
+from .memory_that_grows import growing_loop
 from .paged_kv_cache import kv_contiguous, kv_paged
+from .pools_and_graphs import graph_capture_order
 
 __all__ = ["Scenario", "SCENARIOS", "DEFAULT_BUDGET", "by_name", "run_simulated", "run_on_cuda",
            "selftest", "exit_status"]
@@ -81,6 +83,23 @@ def _reserved_after_empty_cache(rec):
                  after == [0, 2 * 1024 * 1024, 14 * chunk])
 
 
+def _grows_by_one_output(rec):
+    """Lesson 10: a kept output adds its rounded size every step; a freed one adds nothing."""
+    after, out = rec.notes["allocated_after_step"], rec.notes["output_bytes"]
+    per_step = -(-out // 512) * 512 if rec.notes["keep_outputs"] else 0
+    growth = [b - a for a, b in zip(after, after[1:])]
+    return _want(f"allocated grew by {growth} a step, the lesson says {per_step} every step",
+                 growth == [per_step] * len(growth))
+
+
+def _largest_first_reserves_least(rec):
+    """Lesson 11: captured largest batch first, the shared pool reserves less than smallest first."""
+    largest_first, smallest_first = rec.notes["pool_reserved"]
+    return _want(f"the shared pool reserved {largest_first} bytes captured largest first and "
+                 f"{smallest_first} smallest first; the lesson says largest first needs less",
+                 0 < largest_first < smallest_first)
+
+
 SCENARIOS = [
     Scenario("cache_reuse", "01", cache_reuse, expect_oom=False,
              check=lambda r: _want("segments were allocated after the first step",
@@ -111,6 +130,12 @@ SCENARIOS = [
     Scenario("kv_contiguous", "08", kv_contiguous, expect_oom=True),
     Scenario("kv_paged", "08", kv_paged, expect_oom=False),
     Scenario("batch_growth", "09", S.batch_growth, expect_oom=True),
+    Scenario("growing_loop_kept", "10", growing_loop, expect_oom=False,
+             check=lambda r: _grows_by_one_output(r)),
+    Scenario("growing_loop_fixed", "10", growing_loop, expect_oom=False,
+             kwargs={"keep_outputs": False}, check=lambda r: _grows_by_one_output(r)),
+    Scenario("graph_capture_order", "11", graph_capture_order, expect_oom=False,
+             check=_largest_first_reserves_least),
 ]
 
 

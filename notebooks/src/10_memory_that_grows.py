@@ -389,6 +389,14 @@ gml.exercise.check("10.ex", my_keep)
 # torch.cuda.memory._set_memory_metadata("")
 # print(gml.growth(torch.cuda.memory._snapshot()))
 # ```
+#
+# `gml.experiment` runs this lesson's loop as a seeded scenario, outputs kept and outputs freed,
+# on a simulated card of `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's
+# `gml.device()`) is a real CUDA card, measures it there too, within `gpu`'s memory budget, step
+# by step. Without CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["growing_loop_kept", "growing_loop_fixed"], gpu))
 
 # %%
 gml.quiz("10")

@@ -340,6 +340,18 @@ my_order = [1, 2, 4, 8]    # change me
 gml.exercise.check("11.ex", my_order)
 
 # %% [markdown]
+# ## On your GPU: graphs captured into one shared pool
+#
+# `gml.experiment` runs this lesson's captures as a seeded scenario (two capture orders into a
+# shared pool, each released before the next) on a simulated card of `gpu`'s size (the model's
+# prediction) and, when `gpu` (the first cell's `gml.device()`) is a real CUDA card, captures real
+# CUDA graphs there too, within `gpu`'s memory budget, step by step. Without CUDA it says so in
+# one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("graph_capture_order", gpu))
+
+# %% [markdown]
 # ## What to take away
 #
 # * Reserved memory depends on the order of requests, not only on their sizes: a segment is sized
