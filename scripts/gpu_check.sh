@@ -8,8 +8,10 @@
 # 2. pytest tests/gpu (if pytest is installed)  -> OUTDIR/pytest_gpu.txt
 # 3. tests/gpu/record_fixtures.py               -> OUTDIR/fixtures/ (cuda_*.pickle + manifest;
 #    copy them into tests/fixtures/snapshots/ to commit them)
+# 4. benchmarks/bench_cuda_costs.py             -> OUTDIR/cuda_costs.json (cudaMalloc/cudaFree by
+#    size, cudaFree's synchronisation, empty_cache, expandable-segment page mapping)
 # OUTDIR/summary.txt says what ran, its exit status and seconds. Each step has a time limit,
-# together under 6 minutes. Exit 0 when all three passed, 2 without CUDA (the simulator half
+# together under 8 minutes. Exit 0 when all four passed, 2 without CUDA (the simulator half
 # still runs and is written down), 1 otherwise.
 set -u
 out="${1:-${OUT:-}}"
@@ -74,6 +76,9 @@ fi
 
 step "record_fixtures.py" 90 "$out/record_fixtures.txt" \
     "$py" tests/gpu/record_fixtures.py --out "$out/fixtures" || failed=1
+
+step "bench_cuda_costs.py" 90 "$out/cuda_costs.txt" \
+    "$py" benchmarks/bench_cuda_costs.py --json "$out/cuda_costs.json" || failed=1
 
 note "total: $SECONDS s"
 note "result: $([ "$failed" -eq 0 ] && echo 'all passed' || echo 'something failed (see the logs)')"
