@@ -115,6 +115,9 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
     R = f.get("requested") or 0
     T = f.get("total")
     left_out = []
+    if platform.has("cudaMallocAsync"):
+        left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
+                        f"the native caching allocator does)")
     if kind == "unknown":
         return [], left_out
     if platform.has("mps"):
@@ -149,10 +152,7 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
                     code="torch.cuda.set_per_process_memory_fraction(0.95)"),
                 _smaller(None)], left_out
     settings = []
-    if platform.has("cudaMallocAsync"):
-        left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
-                        f"the native caching allocator does)")
-    else:
+    if not platform.has("cudaMallocAsync"):
         if platform.expandable_segments == "no":
             where = next(n for n in ("windows", "mps", "xpu") if platform.has(n))
             left_out.append(f"expandable_segments: not available on {where}")
