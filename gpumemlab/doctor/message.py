@@ -145,6 +145,7 @@ class OOMMessage:
     missing: list = field(default_factory=list)
     text: str = ""
     context: str = ""          # the whole cleaned text: platform clues live around the message
+    offset: int = 0            # where the message starts in ``context``
 
 
 FORMS = {  # form -> the fields its format string prints
@@ -175,21 +176,32 @@ def _pairs(groups):
     return [_figure(got[i], got[i + 1]) for i in range(0, len(got) - 1, 2)]
 
 
+_ANCHORS = ("utofmemory", "Allocationondevice", "CurrentplatformcanNOT")
+
+
 def _last_head(squashed):
-    """The last message's head (its kind and match) and how many messages the text holds."""
+    """The last message's head (its kind and match) and how many messages the text holds.
+
+    Each head holds one of a few literal words: those are found with str.find (a fast scan) and
+    the patterns tried only in a window around each, so the cost is linear in the text."""
     starts = {}
-    for kind, pattern in _HEADS.items():
-        for m in pattern.finditer(squashed):
-            begin = m.start()
-            if kind == "cudaMallocAsync":
-                if not (m.group(1) or m.group(3)):
-                    continue        # "Allocation on device" inside some other sentence
-                begin += len(m.group(1) or "")
-            if kind == "bare" and squashed.startswith("Triedtoallocate", m.end() + 1):
-                continue            # the first words of a full message, read as such
-            old = starts.get(begin)
-            if old is None or _PRIORITY[kind] > _PRIORITY[old[0]]:
-                starts[begin] = (kind, m)
+    for anchor in _ANCHORS:
+        at = squashed.find(anchor)
+        while at >= 0:
+            lo, hi = max(0, at - 20), at + 400
+            for kind, pattern in _HEADS.items():
+                m = pattern.search(squashed, lo, hi)
+                if m is None or not m.start() <= at < m.end():
+                    continue
+                begin = m.start()
+                if kind == "cudaMallocAsync":
+                    if not (m.group(1) or m.group(3)):
+                        continue    # "Allocation on device" inside some other sentence
+                    begin += len(m.group(1) or "")
+                old = starts.get(begin)
+                if old is None or _PRIORITY[kind] > _PRIORITY[old[0]]:
+                    starts[begin] = (kind, m)
+            at = squashed.find(anchor, at + 1)
     if not starts:
         return None, 0
     begin = max(starts)
@@ -231,7 +243,7 @@ def parse_message(text: str) -> OOMMessage:
     body = body[:stop.start()] if stop else body
     msg = OOMMessage(form="", backend="", allocator="native",
                      exception=exception_name(cleaned, start), requested=None,
-                     messages_found=count, text=shown, context=cleaned)
+                     messages_found=count, text=shown, context=cleaned, offset=start)
     _READERS[kind](msg, head, body[head.end() - begin:])
     msg.read = [k for k in ("requested", "device", "total", "free", "allocated", "reserved",
                             "unallocated", "private_pools", "allowed", "this_process", "limit",

@@ -15,7 +15,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Platform", "detect"]
+__all__ = ["Platform", "detect", "AROUND_BEFORE", "AROUND_AFTER"]
+
+AROUND_BEFORE = 64_000     # characters of the paste before the message searched for clues
+AROUND_AFTER = 16_000
 
 _CLUES = (  # (platform, pattern, what it shows)
     ("windows", re.compile(r"\b[A-Za-z]:\\{1,2}(?:Users|Program|Python|ComfyUI|AI|stable|"
@@ -88,7 +91,8 @@ def detect(msg) -> Platform:
         add("mps", "an MPS allocator message")
     if msg.allocator == "cudaMallocAsync":
         add("cudaMallocAsync", "the cudaMallocAsync backend's message")
-    text = msg.context
+    # the message and its surroundings: a bounded window keeps this constant-time per paste
+    text = msg.context[max(0, msg.offset - AROUND_BEFORE):msg.offset + AROUND_AFTER]
     excluded = {"CUDA": ("xpu", "mps"), "HIP": ("xpu", "mps"), "XPU": ("rocm", "mps"),
                 "MPS": ("rocm", "xpu", "windows", "wsl")}.get(msg.backend, ())
     for name, pattern, what in _CLUES:
