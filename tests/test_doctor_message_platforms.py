@@ -303,3 +303,44 @@ def test_json_carries_exactly_the_documented_fields_with_their_types(text):
         else:
             value = out[key]
         assert isinstance(value, allowed) and not isinstance(value, bool) or bool in allowed, key
+
+
+# -- routing, reports, long pastes --------------------------------------------------------------
+
+def test_unexplained_summary_names_the_causes_that_fit():
+    win = doctor(msg_2x(1126 * MiB, 0, 24 * GiB, 16 * GiB, 6 * GiB, 6 * GiB + 300 * MiB)
+                 + '\n  File "C:\\Users\\me\\ComfyUI\\execution.py", line 12')
+    assert "WDDM" in win.summary
+    bare = doctor(msg_2x(128 * MiB, 0, 48 * GiB, 37 * GiB, 9 * GiB, 10 * GiB))
+    assert "names no platform" in bare.summary and "WSL2" in bare.summary
+
+
+def test_every_message_form_is_routed_to_message_mode():
+    for text in ("torch.OutOfMemoryError: Allocation on device",
+                 mps(4 * GiB, 1 * GiB, 20 * GiB, 1 * GiB),
+                 "Tried to allocate 2.00 MiB (GPU 0; ...) CUDA out of memory."):
+        assert gml.doctor(text).mode == "message"
+
+
+def test_html_report_of_a_message_shows_what_was_doubtful_and_left_out():
+    d = doctor(msg_2x(1 * GiB, 0, 8 * GiB, 0, 22 * GiB, 22 * GiB + 300 * MiB)
+               + "\n<img src=x onerror=alert(1)> C:\\Users\\me\\train.py")
+    page = d.html()
+    assert "Doubtful figures" in page and "Not recommended" in page
+    assert "<img" not in page
+
+
+def test_a_long_log_reads_its_last_message():
+    first = msg_2x(1 * GiB, 0, 24 * GiB, 100 * MiB, 20 * GiB, 23 * GiB)
+    last = msg_2x(3 * GiB, 1, 80 * GiB, 1 * GiB, 70 * GiB, 78 * GiB)
+    log = ("step 1 loss 0.5 " + "a" * 5000 + "\n") * 200
+    d = doctor(log + first + "\n" + log + last)
+    assert d.device == 1 and d.requested_bytes == 3 * GiB
+    assert any("2 out-of-memory messages" in n for n in d.notes)
+
+
+def test_a_setting_the_text_says_is_set_is_not_recommended_again():
+    frag = msg_2x(2 * GiB, 0, 24 * GiB, 100 * MiB, 18 * GiB, 23 * GiB)
+    d = doctor("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512\n" + frag)
+    assert "max_split_size_mb" not in [f.name for f in d.fixes]
+    assert any("max_split_size_mb:512" in x for x in d.details["left_out"])

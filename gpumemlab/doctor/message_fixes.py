@@ -101,8 +101,9 @@ def _platform_fixes(platform, msg, R):
         out.append(Fix("rocm_driver",
                        "ROCm's free figure on data-centre and consumer cards is the driver's "
                        "view; allocation failures with room free come from the runtime",
-                       how="update ROCm and the kernel driver (amdgpu); try HSA_XNACK and "
-                           "the ROCm release notes' known issues for this card"))
+                       how="check what else holds the card (rocm-smi --showpids); update ROCm "
+                           "and the kernel driver (amdgpu); look up the ROCm release notes' "
+                           "known issues for this card"))
     out.append(Fix("driver_bug",
                    "the driver had room and refused anyway: a driver or runtime bug is possible",
                    how="update the GPU driver; reproduce with a single large torch.empty of the "

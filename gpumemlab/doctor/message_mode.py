@@ -80,6 +80,8 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         f["outside"] = None
     decision = decide(f, prec, m)
     kind = decision["kind"]
+    if kind == "unexplained" and decision["rule"] != "per_allocation_limit":
+        decision["summary"] += " " + _causes(platform)
     notes = []
     if m.messages_found > 1:
         notes.append(f"{m.messages_found} out-of-memory messages in the text: read the last")
@@ -122,6 +124,22 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     d.evidence = _evidence(m, d, f, platform)
     d.cannot_tell = _cannot_tell(m)
     return d
+
+
+_CAUSES = {"windows": "Windows' driver model (WDDM) and its shared system memory",
+           "wsl": "WSL2's VM memory limit", "rocm": "the ROCm runtime or driver",
+           "xpu": "the Intel GPU driver (some refuse one allocation over 4 GiB)",
+           "unified_memory": "unified memory on an APU (the firmware carve-out or GTT size)",
+           "mps": "macOS's memory pressure", "cudaMallocAsync": "the driver's memory pool"}
+
+
+def _causes(platform):
+    found = [_CAUSES[n] for n in platform.names if n in _CAUSES]
+    if found:
+        return "Causes that fit this text: " + "; ".join(found) + "; or a driver bug."
+    return ("The text names no platform: the usual causes are Windows' WDDM shared memory, WSL2's "
+            "memory limit, unified memory on an APU, a per-allocation size limit, or a driver "
+            "bug.")
 
 
 def _fmt(n):
