@@ -344,3 +344,17 @@ def test_a_setting_the_text_says_is_set_is_not_recommended_again():
     d = doctor("export PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:512\n" + frag)
     assert "max_split_size_mb" not in [f.name for f in d.fixes]
     assert any("max_split_size_mb:512" in x for x in d.details["left_out"])
+
+
+def test_device_index_printed_as_a_character():
+    # c10::DeviceIndex is int8_t: device 0 became a NUL that ended the text, device 1 a 0x01 byte
+    cut = doctor("torch.OutOfMemoryError: Allocation on device \nPrompt executed in 3.20 seconds")
+    assert cut.device == 0 and cut.kind == "unknown" and "NUL" in cut.summary
+    one = parse_message(async_msg(1 * GiB, 2 * GiB, 8 * GiB, 1 * GiB).replace("device 0 ",
+                                                                               "device \x01 "))
+    assert one.device == 1 and one.truncated is None and one.requested.bytes == 2 * GiB
+    native = doctor("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU ")
+    assert native.device == 0 and any("NUL" in n for n in native.notes)
+    two = parse_message(msg_2x(20 * MiB, 0, 8 * GiB, 1 * MiB, 7 * GiB, 8 * GiB - 10 * MiB)
+                        .replace("GPU 0 has", "GPU \x02 has"))
+    assert two.device == 2 and two.total is not None

@@ -53,7 +53,8 @@ _HEADS = {
     "mps": re.compile(r"MPSbackendoutofmemory\(MPSallocated:" + _SIZE + r"(?:,otherallocations:"
                       + _SIZE + r")?(?:,maxallowed:" + _SIZE + r")?\)\.?(?:Triedtoallocate" + _SIZE
                       + r"on(private|shared)pool)?"),
-    "cudaMallocAsync": re.compile(r"(OutOfMemoryError:)?Allocationondevice(\d*)"
+    # the device index may be printed as a character (see _read_async)
+    "cudaMallocAsync": re.compile(r"(OutOfMemoryError:)?Allocationondevice([\x01-\x1b]|\d*)"
                                   r"(wouldexceedallowedmemory)?"),
     # the first sentence alone (a log cut short) or the runtime's own "CUDA error: out of memory"
     "bare": re.compile(r"(CUDA|HIP|XPU)(error:)?outofmemory"),
@@ -64,7 +65,7 @@ LOOKED_FOR = (
     "cudaMallocAsync \"Allocation on device ... would exceed allowed memory\" and Apple's \"MPS "
     "backend out of memory\", as printed by torch.OutOfMemoryError or RuntimeError")
 _FIELDS = {  # name: pattern on the squashed body (1.x spelling | 2.x spelling)
-    "device": re.compile(r"\(GPU(\d+);|GPU(\d+)hasatotalcapac"),
+    "device": re.compile(r"\(GPU(\d+);|GPU(\d+|[\x01-\x1b])hasatotalcapac"),
     "total": re.compile(_SIZE + r"totalcapacity|hasatotalcapac(?:i)?tyof" + _SIZE
                         + r"|Devicelimit:" + _SIZE),
     "free": re.compile(_SIZE + r"free;|ofwhich" + _SIZE + r"isfree|Free\(accordingtoCUDA\):"
@@ -143,6 +144,7 @@ class OOMMessage:
     messages_found: int = 1
     read: list = field(default_factory=list)
     missing: list = field(default_factory=list)
+    truncated: str | None = None  # why the text stops early, when c10 itself cut it
     text: str = ""
     context: str = ""          # the whole cleaned text: platform clues live around the message
     offset: int = 0            # where the message starts in ``context``
@@ -258,13 +260,25 @@ def _read_fields(msg, body, names):
         if m is None:
             continue
         if name == "device":
-            msg.device = int(next(g for g in m.groups() if g is not None))
+            msg.device = _device(next(g for g in m.groups() if g is not None))
         elif name == "cached":    # 1.0-1.3: c10 printed amount_cached - amount_allocated
             msg.unallocated = _pairs(m.groups())[0]
         elif name == "async_requested":
             msg.requested = _pairs(m.groups())[0]
         else:
             setattr(msg, name, _pairs(m.groups())[0])
+
+
+# c10::DeviceIndex is an 8-bit integer: some releases streamed it into the message as a character,
+# so device 1 prints as byte 0x01 and device 0 as a NUL that ends the C string Python receives
+# (fixed for the native allocator in pytorch/pytorch#123984, for cudaMallocAsync in #168369)
+_NUL_CUT = ("the text ends where c10 printed the device index as a character: device 0 is a NUL "
+            "byte that ends the message, so it prints no figures (a bug of some PyTorch "
+            "releases, fixed in pytorch/pytorch#123984 and #168369)")
+
+
+def _device(text: str) -> int:
+    return ord(text) if len(text) == 1 and not text.isdigit() else int(text)
 
 
 def _read_native(msg, head, body):
@@ -294,6 +308,9 @@ def _read_native(msg, head, body):
         if m:
             msg.hint = name
             msg.hint_variable = m.groups()[0] if m.groups() else None
+    if msg.form == "2.1+" and body.startswith(".GPU") and msg.device is None \
+            and msg.total is None:
+        msg.device, msg.truncated = 0, _NUL_CUT
 
 
 def _read_limit(msg, head, body):
@@ -317,7 +334,10 @@ def _read_mps(msg, head, body):
 
 def _read_async(msg, head, body):
     msg.form, msg.backend, msg.allocator = "cudaMallocAsync", "CUDA", "cudaMallocAsync"
-    msg.device = int(head.group(2)) if head.group(2) else None
+    if head.group(3) and head.group(2):
+        msg.device = _device(head.group(2))
+    elif not head.group(3):          # whatever follows is another line of the log
+        msg.device, msg.truncated = 0, _NUL_CUT
     _read_fields(msg, body, ["allocated", "async_requested", "total", "free", "limit"])
 
 

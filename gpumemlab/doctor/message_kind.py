@@ -163,9 +163,10 @@ def _unknown(msg, border):
         why = ("\"CUDA error: out of memory\" comes from the CUDA runtime, not from PyTorch's "
                "allocator: a cudaMalloc elsewhere (a library's workspace, the context, NCCL) "
                "failed, and it prints no figures")
-    elif msg.allocator == "cudaMallocAsync" and not msg.read:
-        why = ("the cudaMallocAsync backend's message was cut after its first line (logs often "
-               "keep only that), so no figures were printed here")
+    elif msg.truncated:
+        why = msg.truncated
+    elif msg.allocator == "cudaMallocAsync" and msg.requested is None:
+        why = "the cudaMallocAsync backend's message was cut before its figures"
     elif msg.allocator == "cudaMallocAsync":
         why = ("with cudaMallocAsync the driver's memory pool keeps freed memory it has not yet "
                "released, and the message does not separate that from other processes")

@@ -85,6 +85,8 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     notes = []
     if m.messages_found > 1:
         notes.append(f"{m.messages_found} out-of-memory messages in the text: read the last")
+    if m.truncated:
+        notes.append(m.truncated + "; the device is 0")
     if m.missing:
         notes.append(f"partial message: read {', '.join(m.read) or 'no figure'}; could not "
                      f"read {', '.join(m.missing)} (left null)")
