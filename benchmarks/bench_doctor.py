@@ -11,6 +11,9 @@ on a 100k-entry recording in under 30 s on one core.
   passed to replay skips).
 * search: ``gml.doctor`` on a recording that ran out of memory: the faithful replay, every
   candidate setting and the smallest-card binary search.
+* message (``--message-only`` runs just this): ``gml.doctor(message=...)`` on pastes of 24 KB,
+  400 KB and 1 MB (a training log with long unbroken tokens, then the OOM traceback); target:
+  linear time, a 1 MB paste in under a second (issue 19).
 """
 from __future__ import annotations
 
@@ -151,16 +154,51 @@ def bench_search(entries: int) -> None:
           f"{d.recommended.name if d.recommended else None}; target < 30 s")
 
 
+def _paste(size: int) -> str:
+    """A log of ``size`` characters that ends in an OOM traceback: log lines with long unbroken
+    tokens (base64-like blobs and dotted names, which made the old exception-name pattern
+    quadratic) and a traceback with the message wrapped at 80 columns."""
+    rng = random.Random(size)
+    msg = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.22 GiB. GPU 0 has a "
+           "total capacity of 15.77 GiB of which 959.00 MiB is free. Process 12447 has 2.00 GiB "
+           "memory in use. Of the allocated memory 14.01 GiB is allocated by PyTorch, and 470.00 "
+           "MiB is reserved by PyTorch but unallocated.")
+    tail = "\n".join(msg[i:i + 80] for i in range(0, len(msg), 80))
+    lines, n = [], 0
+    while n < size - len(tail):
+        blob = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789.") for _ in range(
+            rng.choice((40, 400, 4000))))
+        line = f"2024-05-01 12:00:{n % 60:02d},123 INFO step {n} loss 0.{n % 97} {blob}"
+        lines.append(line)
+        n += len(line) + 1
+    return ("\n".join(lines) + "\n" + tail)[-size:]
+
+
+def bench_message() -> None:
+    import gpumemlab as gml
+    print("message: gml.doctor(message=...) on pasted logs ending in an OOM message")
+    for size in (24_000, 400_000, 1_000_000):
+        text = _paste(size)
+        t, d = _time(lambda: gml.doctor(message=text), repeat=3)
+        print(f"  {len(text) / 1000:7.0f} KB: {t:6.3f} s ({t / len(text) * 1e9:6.1f} ns per "
+              f"character), kind {d.kind}; target: 1 MB under 1 s")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=2_000_000)
     ap.add_argument("--search-entries", type=int, default=100_000)
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-load", action="store_true")
+    ap.add_argument("--message-only", action="store_true", help="only the pasted-message figures")
     args = ap.parse_args(argv)
+    if args.message_only:
+        bench_message()
+        return
     if not args.skip_load:
         bench_load(args.entries, args.skip_torch)
     bench_search(args.search_entries)
+    bench_message()
 
 
 if __name__ == "__main__":

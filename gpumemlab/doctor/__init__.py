@@ -1,8 +1,10 @@
 """The OOM doctor: from a pasted "CUDA out of memory" message or a snapshot to the cause and the
 setting that would have saved the run.
 
-``gml.doctor(source)`` (``api.doctor``) reads a message (``message``, ``message_mode``: every form
-PyTorch has printed) or a snapshot (``snapshot_mode``: faithful replay, the OOM, its kind and
+``gml.doctor(source)`` (``api.doctor``) reads a message (``message_text`` cleans a paste,
+``message`` reads every form PyTorch's allocators have printed, ``message_platform`` finds the
+platform, ``message_sanity`` flags impossible figures, ``message_kind`` decides the kind,
+``message_fixes`` fits the fixes, ``message_mode`` puts them together) or a snapshot (``snapshot_mode``: faithful replay, the OOM, its kind and
 ``evidence``, then ``search`` of the allocator settings and the smallest card, each verified by a
 replay; ``state_only`` for a snapshot without a trace) and returns a ``diagnosis.Diagnosis``,
 rendered as text or JSON (``report``) or a self-contained HTML page (``report_html``).

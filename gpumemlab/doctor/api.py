@@ -1,8 +1,9 @@
 """``gml.doctor``: one entry for both modes, deciding from what it is given.
 
 A snapshot (file path, dict, device, replay result, ``Snapshot``) goes to snapshot mode; a
-message (``message=``, an exception such as ``torch.OutOfMemoryError``, or a string that holds
-"out of memory" and is not a file) goes to message mode.
+message (``message=``, an exception such as ``torch.OutOfMemoryError``, or a string that is not
+a file and holds a line break, "out of memory", "Allocation on device" or "Tried to allocate")
+goes to message mode.
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from .message_mode import diagnose_message
 from .snapshot_mode import diagnose_snapshot
 
 __all__ = ["doctor", "NotAnOOMMessage"]
+
+# words of every message form (message.py): a string holding one is a message, not a file name
+_MESSAGE_WORDS = ("out of memory", "allocation on device", "tried to allocate")
 
 
 def doctor(source=None, *, message: str | None = None, total_memory=None, request=None,
@@ -43,7 +47,7 @@ def doctor(source=None, *, message: str | None = None, total_memory=None, reques
     if isinstance(source, BaseException):
         return diagnose_message(str(source), source=type(source).__name__)
     if isinstance(source, str) and not os.path.exists(source) and (
-            "\n" in source or "out of memory" in source.lower()):
+            "\n" in source or any(w in source.lower() for w in _MESSAGE_WORDS)):
         return diagnose_message(source)
     return diagnose_snapshot(source, total_memory=total_memory, request=request, device=device,
                              search=search)

@@ -1,17 +1,23 @@
 """What the doctor returns: a :class:`Diagnosis` (the kind of OOM, the figures, the evidence, the
 ranked fixes) and its :class:`Fix` entries, for both a pasted message and a snapshot.
 
-The three kinds, decided the same way in both modes:
+The kinds (a message decides them by the rules in message_kind.py):
 
 * ``"outside_pytorch"``: memory held outside PyTorch's allocator (other processes, the CUDA
   context, other libraries) is larger than what PyTorch reserved: no allocator setting helps;
 * ``"fragmentation"``: the request would fit if the memory the allocator holds free were one
   piece (a message: reserved-but-unallocated >= the request; a snapshot: allocated + request
   fits the card);
-* ``"exhaustion"``: it would not: the program needs more memory than the card has.
+* ``"exhaustion"``: it would not: the program needs more memory than the card has (or one
+  request is larger than the card or a memory fraction's cap);
+* ``"unexplained"`` (message mode): the driver had clearly more free memory than the request
+  after the allocator released its cache, so the figures do not explain the OOM: the platform
+  does (WDDM, WSL, unified memory, per-allocation limits, drivers);
+* ``"unknown"`` (message mode): the input says too little.
 
-``kind`` is ``"no_oom"`` for a recording that fits, ``None`` when the input does not say enough.
-Sizes are bytes; a field the input does not give is None.
+``kind`` is ``"no_oom"`` for a recording that fits, ``None`` when a snapshot says too little.
+Sizes are bytes; a field the input does not give is None. ``as_dict`` carries
+``schema_version`` (:data:`SCHEMA_VERSION`), the version of the JSON fields in docs/DOCTOR.md.
 """
 from __future__ import annotations
 
@@ -20,9 +26,10 @@ from dataclasses import asdict, dataclass, field
 from .report import to_json, to_text
 from .report_html import to_html
 
-__all__ = ["Diagnosis", "Fix", "KINDS"]
+__all__ = ["Diagnosis", "Fix", "KINDS", "SCHEMA_VERSION"]
 
-KINDS = ("outside_pytorch", "fragmentation", "exhaustion")
+KINDS = ("outside_pytorch", "fragmentation", "exhaustion", "unexplained", "unknown")
+SCHEMA_VERSION = 1
 
 
 @dataclass
@@ -98,7 +105,7 @@ class Diagnosis:
 
     def as_dict(self) -> dict:
         """The JSON form: every field but ``views``; fixes as plain dicts."""
-        out = asdict(self)
+        out = {"schema_version": SCHEMA_VERSION, **asdict(self)}
         out.pop("views")
         rec = self.recommended
         out["recommended"] = None if rec is None else rec.name

@@ -1,72 +1,100 @@
-"""Read a pasted "CUDA out of memory" message: every form PyTorch has printed, back to 1.x.
+"""Read a pasted out-of-memory message: every form PyTorch has printed, on CUDA, ROCm, XPU and MPS.
 
-The forms follow the format strings of ``DeviceCachingAllocator::malloc`` in
-c10/cuda/CUDACachingAllocator.cpp over its history (sizes from c10 ``format_size``: "N bytes",
-or two decimals of KiB, MiB or GiB):
+The native caching allocator's forms follow ``DeviceCachingAllocator::malloc`` in
+c10/cuda/CUDACachingAllocator.cpp over its history (sizes from c10 ``format_size``: "N bytes", or
+two decimals of KiB, MiB or GiB); ROCm builds are the same code run through hipify, so they say
+"HIP" and name ``PYTORCH_HIP_ALLOC_CONF``:
 
-* 1.0-1.3: ``Tried to allocate X (GPU d; T total capacity; A already allocated; F free; R cached)``
-* 1.4-2.0: the same with ``R reserved in total by PyTorch)``, an ``L allowed;`` piece before R when
-  a memory fraction is set, and from 1.10 the hint "If reserved memory is >> allocated memory try
-  setting max_split_size_mb to avoid fragmentation."
-* 2.1 on: ``Tried to allocate X. GPU d has a total capacity of T of which F is free.`` then one
-  ``Process N has M memory in use.`` per other process and ``Including non-PyTorch memory, this
-  process has P memory in use.`` (when NVML answers), ``L allowed;`` (a fraction), ``Of the
-  allocated memory A is allocated by PyTorch, [with G allocated in private pools (e.g., CUDA
-  Graphs), ]and U is reserved by PyTorch but unallocated.`` and a hint (2.1 spelled "capacty" and
-  hinted max_split_size_mb; later ones hint ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``,
-  newest ``PYTORCH_ALLOC_CONF``).
-* ``Tried to allocate more than 1EB memory.`` for absurd requests; ROCm builds say "HIP".
+* 1.0-1.3: ``Tried to allocate X (GPU d; T total capacity; A already allocated; F free; C cached)``
+  where C is ``amount_cached - amount_allocated``: reserved *minus* allocated, so reserved = A + C;
+* 1.4-2.0: ``... R reserved in total by PyTorch)``, an ``L allowed;`` piece before R under a
+  memory fraction, and from 1.10 the hint "If reserved memory is >> allocated memory try setting
+  max_split_size_mb to avoid fragmentation.";
+* 2.1 on: ``Tried to allocate X. GPU d has a total capacity of T of which F is free.``, one
+  ``Process N has M memory in use.`` per other process, ``Including non-PyTorch memory, this
+  process has P memory in use.``, ``L allowed;``, ``Of the allocated memory A is allocated by
+  PyTorch, [with G allocated in private pools (e.g., CUDA Graphs), ]and U is reserved by PyTorch
+  but unallocated.`` and a hint (2.1 spelled "capacty"); ``Tried to allocate more than 1EB memory.``
+* XPU (c10/xpu/XPUCachingAllocator.cpp): the 2.1 sentences, without "of which F is free" in the
+  first releases, ending "Please use `empty_cache` ..."; Intel's extension (IPEX) printed the
+  1.4 form without a free figure, and ``Current platform can NOT allocate memory block with size
+  larger than 4GB! Tried to allocate X (GPU  d; ...)`` for its per-allocation limit;
+* cudaMallocAsync (c10/cuda/CUDAMallocAsyncAllocator.cpp): ``Allocation on device d would exceed
+  allowed memory. (out of memory)`` then ``Currently allocated : A``, ``Requested : X``, ``Device
+  limit : T``, ``Free (according to CUDA): F``, ``PyTorch limit (set by user-supplied memory
+  fraction) : L`` (L is SIZE_MAX when no fraction is set); logs often keep only the first line;
+* MPS (aten/src/ATen/mps/MPSAllocator.mm): ``MPS backend out of memory (MPS allocated: H, other
+  allocations: O[, max allowed: M]). Tried to allocate X on private|shared pool.`` (older
+  releases printed "GB"/"MB"/"KB" for binary multiples).
 
-X is the allocation c10 tried to make (``get_allocation_size`` of the rounded request: a 2 MiB or
-20 MiB segment for small requests), not the tensor's own size. Every figure keeps the precision
-the text printed (half a unit in the last decimal); nothing missing is guessed.
+X is what the allocator tried to get (for c10: the rounded request or a whole 2 MiB / 20 MiB
+segment), not the tensor's own size. Every figure keeps the precision the text printed (half a
+unit in the last decimal); nothing missing is guessed. Parsing is linear in the text's length.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["NotAnOOMMessage", "OOMMessage", "parse_message"]
+from .message_text import clean, exception_name, squash
+
+__all__ = ["NotAnOOMMessage", "OOMMessage", "Figure", "parse_message", "LOOKED_FOR"]
 
 _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
-          "PiB": 1 << 50, "EiB": 1 << 60}
-
-
-def _squashed(pattern: str) -> re.Pattern:
-    """Patterns are written with spaces for reading and matched on the text with every
-    whitespace removed, so a message wrapped anywhere, even inside a word or number, still reads."""
-    return re.compile(pattern.replace(" ?", "").replace(" ", ""))
-
-
-_SIZE = r"(\d+(?:\.\d+)?) ?(bytes|[KMGTPE]iB)"
-_HEAD = _squashed(r"\b(CUDA|HIP|XPU|MPS)? [Oo]ut of memory\. Tried to allocate "
-                  r"(?:" + _SIZE + r"|(more than 1EB memory))")
-# the exception's name is read from the text with spaces kept (squashed, it would merge with the
-# word before it); a message wrapped inside the name simply has none
-_EXCEPTION = re.compile(r"([\w.]*(?:OutOfMemoryError|RuntimeError))\s*:\s*(?:CUDA|HIP|XPU|MPS)?"
-                        r"\s*[Oo]ut of memory")
-_FIELDS = {  # name: the pattern that prints it (1.x spelling | 2.x spelling)
-    "device": _squashed(r"\(GPU (\d+);|GPU (\d+) has a total capac"),
-    "total": _squashed(_SIZE + r" total capacity|has a total capac(?:i)?ty of " + _SIZE),
-    "free": _squashed(_SIZE + r" free;|of which " + _SIZE + r" is free"),
-    "allocated": _squashed(_SIZE + r" already allocated|Of the allocated memory " + _SIZE
-                           + r" is allocated by PyTorch"),
-    "reserved": _squashed(_SIZE + r" (?:reserved in total by PyTorch|cached)\)"),
-    "unallocated": _squashed(_SIZE + r" is reserved by PyTorch but unallocated"),
-    "private_pools": _squashed(r"with " + _SIZE + r" allocated in private pools"),
-    "allowed": _squashed(_SIZE + r" allowed;"),
-    "this_process": _squashed(r"this process has " + _SIZE + r" memory in use"),
+          "PiB": 1 << 50, "EiB": 1 << 60, "KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30,
+          "TB": 1 << 40}
+_SIZE = r"(\d+(?:\.\d+)?)(bytes|[KMGTPE]iB|[KMGT]B)"
+# every head starts with a literal word, so finding them all is one linear scan
+_HEADS = {
+    "native": re.compile(r"(CUDA|HIP|XPU)?[Oo]utofmemory\.?Triedtoallocate(?:" + _SIZE
+                         + r"|(morethan1EBmemory))"),
+    "per_allocation_limit": re.compile(r"CurrentplatformcanNOTallocatememoryblockwithsizelarger"
+                                       r"than(\d+)GB!?Triedtoallocate" + _SIZE),
+    "mps": re.compile(r"MPSbackendoutofmemory\(MPSallocated:" + _SIZE + r"(?:,otherallocations:"
+                      + _SIZE + r")?(?:,maxallowed:" + _SIZE + r")?\)\.?(?:Triedtoallocate" + _SIZE
+                      + r"on(private|shared)pool)?"),
+    # the device index may be printed as a character (see _read_async)
+    "cudaMallocAsync": re.compile(r"(OutOfMemoryError:)?Allocationondevice([\x01-\x1b]|\d*)"
+                                  r"(wouldexceedallowedmemory)?"),
+    # the first sentence alone (a log cut short) or the runtime's own "CUDA error: out of memory"
+    "bare": re.compile(r"(CUDA|HIP|XPU)(error:)?outofmemory"),
 }
-_OTHER_PROCESS = _squashed(r"Process (\d+) has " + _SIZE + r" memory in use")
+_PRIORITY = {"native": 3, "per_allocation_limit": 3, "mps": 3, "cudaMallocAsync": 2, "bare": 1}
+LOOKED_FOR = (
+    "looked for PyTorch's \"CUDA out of memory. Tried to allocate ...\" (or HIP/XPU), the "
+    "cudaMallocAsync \"Allocation on device ... would exceed allowed memory\" and Apple's \"MPS "
+    "backend out of memory\", as printed by torch.OutOfMemoryError or RuntimeError")
+_FIELDS = {  # name: pattern on the squashed body (1.x spelling | 2.x spelling)
+    "device": re.compile(r"\(GPU(\d+);|GPU(\d+|[\x01-\x1b])hasatotalcapac"),
+    "total": re.compile(_SIZE + r"totalcapacity|hasatotalcapac(?:i)?tyof" + _SIZE
+                        + r"|Devicelimit:" + _SIZE),
+    "free": re.compile(_SIZE + r"free;|ofwhich" + _SIZE + r"isfree|Free\(accordingtoCUDA\):"
+                       + _SIZE),
+    "allocated": re.compile(_SIZE + r"alreadyallocated|Oftheallocatedmemory" + _SIZE
+                            + r"isallocatedbyPyTorch|Currentlyallocated:" + _SIZE),
+    "reserved": re.compile(_SIZE + r"reservedintotalbyPyTorch\)"),
+    "cached": re.compile(_SIZE + r"cached\)"),
+    "unallocated": re.compile(_SIZE + r"isreservedbyPyTorchbutunallocated"),
+    "private_pools": re.compile(r"with" + _SIZE + r"allocatedinprivatepools"),
+    "allowed": re.compile(_SIZE + r"allowed;"),
+    "this_process": re.compile(r"thisprocesshas" + _SIZE + r"memoryinuse"),
+    "limit": re.compile(r"PyTorchlimit\(setbyuser-suppliedmemoryfraction\):" + _SIZE),
+    "async_requested": re.compile(r"Requested:" + _SIZE),
+}
+_OTHER_PROCESS = re.compile(r"Process(\d+)has" + _SIZE + r"memoryinuse")
 _HINTS = (
-    ("max_split_size_mb", _squashed(r"try setting max_split_size_mb")),
-    ("expandable_segments", _squashed(r"try setting PYTORCH_\w*ALLOC_CONF=expandable_segments:True")),
+    ("max_split_size_mb", re.compile(r"trysettingmax_split_size_mb")),
+    ("expandable_segments", re.compile(r"trysetting(PYTORCH_\w{0,8}ALLOC_CONF)=expandable_segm")),
 )
-_BODY_END = _squashed(r"Traceback \(most recent call last\)|During handling of the above")
+_BODY_END = re.compile(r"Traceback\(mostrecentcalllast\)|Duringhandlingoftheabove|"
+                       r"Theaboveexceptionwasthedirectcause")
+_BODY = 2000               # no form prints more than this after its head (process lines aside)
+_SHOWN = 1500
+_STOP_SHOWN = re.compile(r"Traceback \(most recent call last\)|During handling of the above")
 
 
 class NotAnOOMMessage(ValueError):
-    """The text holds no CUDA/HIP out-of-memory message."""
+    """The text holds no out-of-memory message of a form the doctor reads."""
 
 
 @dataclass
@@ -82,13 +110,19 @@ class Figure:
 class OOMMessage:
     """What a message says, field by field (None where it does not say).
 
-    ``form`` is "1.x" (parenthesised), "2.x" (sentences) or "exa" (more than 1 EB);
-    ``other_processes`` maps a process id to the bytes it held; ``missing`` names the fields a
-    partial message lacked; ``hint`` the setting PyTorch's own hint line suggested.
+    ``form`` names the format (a key of ``FORMS``); ``backend`` "CUDA", "HIP", "XPU", "MPS" or ""
+    (not named); ``allocator`` "native", "cudaMallocAsync", "mps" or "ipex"; ``unallocated`` is
+    reserved-but-unallocated as printed (2.1+, XPU) or as 1.0-1.3 printed it ("cached");
+    ``limit`` the cap the allocator enforces (MPS "max allowed", cudaMallocAsync's "PyTorch
+    limit"); ``other_allocations`` MPS's "other allocations"; ``per_allocation_limit`` the
+    largest single allocation a platform message names; ``read``/``missing`` the fields found and
+    the ones its form prints but the text lacked; ``hint`` the setting PyTorch's hint suggested,
+    ``hint_variable`` the environment variable the hint names.
     """
 
     form: str
     backend: str
+    allocator: str
     exception: str | None
     requested: Figure | None
     device: int | None = None
@@ -100,11 +134,35 @@ class OOMMessage:
     private_pools: Figure | None = None
     allowed: Figure | None = None
     this_process: Figure | None = None
+    limit: Figure | None = None
+    other_allocations: Figure | None = None
+    per_allocation_limit: Figure | None = None
+    pool: str | None = None
     other_processes: dict = field(default_factory=dict)
     hint: str | None = None
+    hint_variable: str | None = None
     messages_found: int = 1
+    read: list = field(default_factory=list)
     missing: list = field(default_factory=list)
+    truncated: str | None = None  # why the text stops early, when c10 itself cut it
     text: str = ""
+    context: str = ""          # the whole cleaned text: platform clues live around the message
+    offset: int = 0            # where the message starts in ``context``
+
+
+FORMS = {  # form -> the fields its format string prints
+    "1.0-1.3": ["device", "total", "allocated", "free", "unallocated"],
+    "1.4-2.0": ["device", "total", "allocated", "free", "reserved"],
+    "2.1+": ["device", "total", "free", "allocated", "unallocated"],
+    "xpu": ["device", "total", "allocated", "unallocated"],
+    "ipex": ["device", "total", "allocated", "reserved"],
+    "per_allocation_limit": ["device", "total", "allocated", "reserved"],
+    "cudaMallocAsync": ["allocated", "requested", "total", "free", "limit"],
+    "mps": ["allocated", "other_allocations", "requested"],
+    "exa": [],
+    "first_sentence": ["requested", "device", "total", "free", "allocated"],
+    "runtime_error": ["requested", "device", "total", "free", "allocated"],
+}
 
 
 def _figure(number: str, unit: str) -> Figure:
@@ -115,53 +173,180 @@ def _figure(number: str, unit: str) -> Figure:
     return Figure(f"{number} {unit}", value, precision)
 
 
+def _pairs(groups):
+    got = [g for g in groups if g is not None]
+    return [_figure(got[i], got[i + 1]) for i in range(0, len(got) - 1, 2)]
+
+
+_ANCHORS = ("utofmemory", "Allocationondevice", "CurrentplatformcanNOT")
+
+
+def _last_head(squashed):
+    """The last message's head (its kind and match) and how many messages the text holds.
+
+    Each head holds one of a few literal words: those are found with str.find (a fast scan) and
+    the patterns tried only in a window around each, so the cost is linear in the text."""
+    starts = {}
+    for anchor in _ANCHORS:
+        at = squashed.find(anchor)
+        while at >= 0:
+            lo, hi = max(0, at - 20), at + 400
+            for kind, pattern in _HEADS.items():
+                m = pattern.search(squashed, lo, hi)
+                if m is None or not m.start() <= at < m.end():
+                    continue
+                begin = m.start()
+                if kind == "cudaMallocAsync":
+                    if not (m.group(1) or m.group(3)):
+                        continue    # "Allocation on device" inside some other sentence
+                    begin += len(m.group(1) or "")
+                old = starts.get(begin)
+                if old is None or _PRIORITY[kind] > _PRIORITY[old[0]]:
+                    starts[begin] = (kind, m)
+            at = squashed.find(anchor, at + 1)
+    if not starts:
+        return None, 0
+    begin = max(starts)
+    return (*starts[begin], begin), len(starts)
+
+
+def _locate(cleaned: str, squashed_head: str) -> int:
+    """Where the head (its squashed first characters) starts in the cleaned text: the last
+    place whose non-space characters spell it."""
+    probe = squashed_head[:20]
+    pattern = re.compile(r"\s*".join(re.escape(c) for c in probe))
+    start = -1
+    for m in pattern.finditer(cleaned):
+        start = m.start()
+    return max(start, 0)
+
+
 def parse_message(text: str) -> OOMMessage:
-    """Read the last out-of-memory message in ``text`` (a traceback, a log, or the bare line).
+    """Read the last out-of-memory message in ``text`` (a traceback, a log, a markdown paste or
+    the bare line).
 
     Raises:
         NotAnOOMMessage: when ``text`` holds none, saying what was looked for.
     """
     if not isinstance(text, str):
         raise TypeError(f"expected the message as text, got {type(text).__name__}")
-    flat = " ".join(text.split())
-    squashed = "".join(text.split())      # terminals and logs wrap long lines anywhere
-    heads = list(_HEAD.finditer(squashed))
-    if not heads:
-        raise NotAnOOMMessage(
-            "not a CUDA out-of-memory message: looked for PyTorch's \"CUDA out of memory. Tried "
-            "to allocate ...\" (or HIP/XPU), as printed by torch.OutOfMemoryError or RuntimeError")
-    head = heads[-1]
-    names = list(_EXCEPTION.finditer(flat))
-    exception = names[-1].group(1) if len(names) == len(heads) else None
-    backend = head.group(1) or ""
-    shown = flat[flat.lower().rfind("ut of memory") - 6:][:1500].strip()
-    if head.group(4):
-        return OOMMessage(form="exa", backend=backend, exception=exception,
-                          requested=Figure("more than 1EB", 1 << 60, 0),
-                          messages_found=len(heads), text=shown[:80])
-    body = squashed[head.end():head.end() + 2000]
+    cleaned = clean(text)
+    squashed = squash(cleaned)
+    found, count = _last_head(squashed)
+    if found is None:
+        raise NotAnOOMMessage("not an out-of-memory message: " + LOOKED_FOR)
+    kind, head, begin = found
+    start = _locate(cleaned, squashed[begin:head.end()])
+    shown = " ".join(cleaned[start:start + 3 * _SHOWN].split())
+    stop = _STOP_SHOWN.search(shown)
+    shown = (shown[:stop.start()] if stop else shown)[:_SHOWN].strip()
+    body = squashed[begin:head.end() + _BODY]
     stop = _BODY_END.search(body)
-    body = body[: stop.start()] if stop else body
-    form = "1.x" if body.startswith("(GPU") else "2.x" if body.startswith(".") else "unknown"
-    msg = OOMMessage(form=form, backend=backend, exception=exception,
-                     requested=_figure(head.group(2), head.group(3)), messages_found=len(heads))
-    for name, pattern in _FIELDS.items():
-        m = pattern.search(body)
+    body = body[:stop.start()] if stop else body
+    msg = OOMMessage(form="", backend="", allocator="native",
+                     exception=exception_name(cleaned, start), requested=None,
+                     messages_found=count, text=shown, context=cleaned, offset=start)
+    _READERS[kind](msg, head, body[head.end() - begin:])
+    msg.read = [k for k in ("requested", "device", "total", "free", "allocated", "reserved",
+                            "unallocated", "private_pools", "allowed", "this_process", "limit",
+                            "other_allocations") if getattr(msg, k) is not None]
+    msg.missing = [k for k in FORMS.get(msg.form, []) if getattr(msg, k, None) is None]
+    return msg
+
+
+def _read_fields(msg, body, names):
+    for name in names:
+        m = _FIELDS[name].search(body)
         if m is None:
             continue
-        groups = [g for g in m.groups() if g is not None]
         if name == "device":
-            msg.device = int(groups[0])
+            msg.device = _device(next(g for g in m.groups() if g is not None))
+        elif name == "cached":    # 1.0-1.3: c10 printed amount_cached - amount_allocated
+            msg.unallocated = _pairs(m.groups())[0]
+        elif name == "async_requested":
+            msg.requested = _pairs(m.groups())[0]
         else:
-            setattr(msg, name, _figure(groups[0], groups[1]))
+            setattr(msg, name, _pairs(m.groups())[0])
+
+
+# c10::DeviceIndex is an 8-bit integer: some releases streamed it into the message as a character,
+# so device 1 prints as byte 0x01 and device 0 as a NUL that ends the C string Python receives
+# (fixed for the native allocator in pytorch/pytorch#123984, for cudaMallocAsync in #168369)
+_NUL_CUT = ("the text ends where c10 printed the device index as a character: device 0 is a NUL "
+            "byte that ends the message, so it prints no figures (a bug of some PyTorch "
+            "releases, fixed in pytorch/pytorch#123984 and #168369)")
+
+
+def _device(text: str) -> int:
+    return ord(text) if len(text) == 1 and not text.isdigit() else int(text)
+
+
+def _read_native(msg, head, body):
+    msg.backend = head.group(1) or ""
+    if head.group(4):
+        msg.form = "exa"
+        msg.requested = Figure("more than 1EB", 1 << 60, 0)
+        return
+    msg.requested = _figure(head.group(2), head.group(3))
+    if body.startswith("(GPU"):
+        cached = _FIELDS["cached"].search(body) is not None
+        has_free = _FIELDS["free"].search(body) is not None
+        msg.form = ("1.0-1.3" if cached else "1.4-2.0" if has_free or msg.backend != "XPU"
+                    else "ipex")
+        if msg.form == "ipex":
+            msg.allocator = "ipex"
+    elif body.startswith("."):
+        msg.form = "xpu" if msg.backend == "XPU" else "2.1+"
+    else:
+        msg.form = "first_sentence"    # cut right after the request
+    _read_fields(msg, body, ["device", "total", "free", "allocated", "reserved", "cached",
+                             "unallocated", "private_pools", "allowed", "this_process"])
     for m in _OTHER_PROCESS.finditer(body):
         msg.other_processes[int(m.group(1))] = _figure(m.group(2), m.group(3))
     for name, pattern in _HINTS:
-        if pattern.search(body):
+        m = pattern.search(body)
+        if m:
             msg.hint = name
-    stop = re.search(r"Traceback \(most recent call last\)|During handling of the above", shown)
-    msg.text = shown[: stop.start()].strip() if stop else shown
-    wanted = ["device", "total", "free", "allocated"]
-    wanted.append("unallocated" if msg.form == "2.x" else "reserved")
-    msg.missing = [name for name in wanted if getattr(msg, name) is None]
-    return msg
+            msg.hint_variable = m.groups()[0] if m.groups() else None
+    if msg.form == "2.1+" and body.startswith(".GPU") and msg.device is None \
+            and msg.total is None:
+        msg.device, msg.truncated = 0, _NUL_CUT
+
+
+def _read_limit(msg, head, body):
+    msg.form, msg.backend, msg.allocator = "per_allocation_limit", "XPU", "ipex"
+    msg.per_allocation_limit = Figure(f"{head.group(1)} GB", int(head.group(1)) << 30, 0)
+    msg.requested = _figure(head.group(2), head.group(3))
+    _read_fields(msg, body, ["device", "total", "allocated", "reserved"])
+
+
+def _read_mps(msg, head, body):
+    msg.form, msg.backend, msg.allocator = "mps", "MPS", "mps"
+    figs = [head.group(i) for i in range(1, 9)]
+    msg.allocated = _figure(figs[0], figs[1])
+    msg.other_allocations = _figure(figs[2], figs[3])
+    if figs[4] is not None:
+        msg.limit = _figure(figs[4], figs[5])
+    if figs[6] is not None:
+        msg.requested = _figure(figs[6], figs[7])
+        msg.pool = head.group(9)
+
+
+def _read_async(msg, head, body):
+    msg.form, msg.backend, msg.allocator = "cudaMallocAsync", "CUDA", "cudaMallocAsync"
+    if head.group(3) and head.group(2):
+        msg.device = _device(head.group(2))
+    elif not head.group(3):          # whatever follows is another line of the log
+        msg.device, msg.truncated = 0, _NUL_CUT
+    _read_fields(msg, body, ["allocated", "async_requested", "total", "free", "limit"])
+
+
+def _read_bare(msg, head, body):
+    msg.backend = head.group(1)
+    # "CUDA error: out of memory" is the runtime's own error (a cudaMalloc outside the caching
+    # allocator: a library workspace, the context, NCCL): it never prints figures
+    msg.form = "runtime_error" if head.group(2) else "first_sentence"
+
+
+_READERS = {"native": _read_native, "per_allocation_limit": _read_limit, "mps": _read_mps,
+            "cudaMallocAsync": _read_async, "bare": _read_bare}

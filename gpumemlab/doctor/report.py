@@ -10,6 +10,8 @@ __all__ = ["to_text", "to_json"]
 
 _KIND_TITLE = {"fragmentation": "fragmentation", "exhaustion": "exhaustion (out of memory)",
                "outside_pytorch": "memory held outside PyTorch", "no_oom": "no OOM",
+               "unexplained": "unexplained by the figures (the platform refused)",
+               "unknown": "unknown (the input says too little)",
                None: "unknown (the input says too little)"}
 WIDTH = 100
 
@@ -76,7 +78,11 @@ def to_text(d) -> str:
         elif d.mode == "snapshot" and d.kind not in ("no_oom", None):
             out.append(_wrap("no setting fits on this card: the run needs less memory or a "
                              "bigger card", ""))
-    for title, items in (("cannot tell", d.cannot_tell), ("assumes", d.assumptions),
+    extra = d.details if d.mode == "message" else {}
+    for title, items in (("borderline", extra.get("borderline")),
+                         ("doubtful figures (not used)", extra.get("doubtful")),
+                         ("not recommended", extra.get("left_out")),
+                         ("cannot tell", d.cannot_tell), ("assumes", d.assumptions),
                          ("notes", d.notes)):
         if items:
             out.append("")

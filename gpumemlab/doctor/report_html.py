@@ -56,7 +56,11 @@ def to_html(d, fragment: bool = False) -> str:
                                                         for x in d.evidence) + "</ul>")
     if d.fixes:
         parts.append("<h2>Fixes</h2>" + _fixes_table(d))
-    for title, items in (("What this input cannot tell", d.cannot_tell),
+    extra = d.details if d.mode == "message" else {}
+    for title, items in (("Borderline", extra.get("borderline")),
+                         ("Doubtful figures (not used)", extra.get("doubtful")),
+                         ("Not recommended", extra.get("left_out")),
+                         ("What this input cannot tell", d.cannot_tell),
                          ("What the replay assumes", d.assumptions), ("Notes", d.notes)):
         if items:
             parts.append(f"<h2>{title}</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in items)

@@ -1,0 +1,222 @@
+"""Fixes for an OOM read from a message, fitted to its kind and its platform.
+
+Nothing is recommended that cannot help: no allocator setting for a request larger than the card,
+no setting the text says is already on, no expandable segments where the platform has none
+(Windows, MPS, XPU, the cudaMallocAsync backend; ROCm only from PyTorch 2.11 built against ROCm
+7.0 or newer), settings under the variable this platform's allocator reads
+(``PYTORCH_HIP_ALLOC_CONF`` on ROCm, ``PYTORCH_XPU_ALLOC_CONF`` on recent XPU builds), MPS's own
+remedies on MPS, and platform fixes (WDDM shared memory, WSL's memory limit, per-allocation
+limits, the driver) for ``unexplained``. :func:`fixes` returns the ranked fixes and one line per
+fix it left out, saying why.
+"""
+from __future__ import annotations
+
+from gpumemlab.units import format_size
+
+from .diagnosis import Fix
+
+__all__ = ["fixes"]
+
+_NATIVE_ONLY = "expandable_segments, max_split_size_mb, roundup_power2_divisions, " \
+               "garbage_collection_threshold"
+
+
+def _s(n):
+    return format_size(n)
+
+
+def _conf(platform, setting):
+    var = platform.conf_variable or "PYTORCH_CUDA_ALLOC_CONF"
+    return f"export {var}={setting}"
+
+
+def _expandable(platform):
+    why = ("the cached free memory is in pieces; with expandable segments each stream's memory "
+           "is one segment that grows and shrinks by pages, so freed pages are remapped where "
+           "the next request needs them instead of staying stranded")
+    if platform.expandable_segments == "rocm":
+        why += ("; on ROCm only PyTorch 2.11 or later built against ROCm 7.0 or newer has them "
+                "(older builds warn 'expandable_segments not supported on this platform' and "
+                "ignore the setting)")
+    return Fix("expandable_segments", why, how=_conf(platform, "expandable_segments:True"),
+               code="torch.cuda.memory._set_allocator_settings('expandable_segments:True')",
+               alloc_conf="expandable_segments:True")
+
+
+def _max_split(platform, R):
+    split_mb = max(32, 1 << (max(R >> 20, 1).bit_length() - 1))
+    why = (f"cached blocks of at least max_split_size are never split for smaller requests, "
+           f"so big free blocks stay whole for big requests like this {_s(R)} one (a starting "
+           f"value: a snapshot lets the doctor search and verify one)")
+    if platform.has("xpu"):
+        why += "; XPU builds before the allocator settings were added ignore the variable"
+    return Fix("max_split_size_mb", why, how=_conf(platform, f"max_split_size_mb:{split_mb}"),
+               alloc_conf=f"max_split_size_mb:{split_mb}")
+
+
+def _smaller(short):
+    return Fix("reduce_peak_memory",
+               f"the program must hold less at its peak: at least {_s(short)} less for this "
+               f"allocation" if short else "the program must hold less at its peak",
+               how="smaller batch or sequence length; activation checkpointing "
+                   "(torch.utils.checkpoint); bf16/fp16 autocast; fewer optimizer states "
+                   "(fused/8-bit optimizers, sharding)")
+
+
+def _platform_fixes(platform, msg, R):
+    out = []
+    if platform.has("windows"):
+        out.append(Fix("windows_shared_memory",
+                       "on Windows the driver (WDDM) manages GPU memory itself, reserves part "
+                       "of it for the desktop and other apps, and may refuse or spill an "
+                       "allocation into shared system memory",
+                       how="close other GPU programs (browsers, games, other UIs); in the NVIDIA "
+                           "Control Panel set 'CUDA - Sysmem Fallback Policy' to suit (prefer "
+                           "no fallback to fail fast, or allow it to run slower); update the "
+                           "driver"))
+    if platform.has("wsl"):
+        out.append(Fix("wsl_memory_limit",
+                       "WSL2 runs in a VM whose memory (half the host's by default) also "
+                       "bounds pinned and shared GPU memory; the GPU driver is the Windows one",
+                       how="raise memory= in %UserProfile%\\.wslconfig and restart WSL "
+                           "(wsl --shutdown); update the Windows NVIDIA driver"))
+    if platform.has("unified_memory"):
+        out.append(Fix("unified_memory_carveout",
+                       "on an APU or unified-memory machine the GPU shares system memory: "
+                       "what it may allocate is set by the firmware's carve-out (UMA frame "
+                       "buffer) or the kernel's GTT size, not by the free figure",
+                       how="raise the UMA/VRAM carve-out in the firmware settings or the "
+                           "amdgpu GTT size (amdgpu.gttsize / ttm pages limit); close memory-"
+                           "hungry programs"))
+    limit = msg.per_allocation_limit.bytes if msg.per_allocation_limit else (
+        4 << 30 if platform.has("xpu") and R > 4 << 30 else None)
+    if limit is not None:
+        out.append(Fix("per_allocation_limit",
+                       f"this GPU and driver refuse a single allocation over {_s(limit)} "
+                       f"(some Intel GPUs and older drivers), however much memory is free",
+                       how="keep every tensor under that size: a smaller batch, chunked "
+                           "operations (attention slicing, tiled VAE decode); update the GPU "
+                           "driver and compute runtime"))
+    if platform.has("rocm"):
+        out.append(Fix("rocm_driver",
+                       "ROCm's free figure on data-centre and consumer cards is the driver's "
+                       "view; allocation failures with room free come from the runtime",
+                       how="check what else holds the card (rocm-smi --showpids); update ROCm "
+                           "and the kernel driver (amdgpu); look up the ROCm release notes' "
+                           "known issues for this card"))
+    out.append(Fix("driver_bug",
+                   "the driver had room and refused anyway: a driver or runtime bug is possible",
+                   how="update the GPU driver; reproduce with a single large torch.empty of the "
+                       "same size; report the figures to the driver's tracker"))
+    return out
+
+
+def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list]:
+    """Ranked fixes for ``kind`` and lines naming each fix left out and why."""
+    R = f.get("requested") or 0
+    T = f.get("total")
+    left_out = []
+    if platform.has("cudaMallocAsync"):
+        left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
+                        f"the native caching allocator does)")
+    if kind == "unknown":
+        return [], left_out
+    if platform.has("mps"):
+        return _mps(kind, decision, f), ["CUDA allocator settings (PYTORCH_CUDA_ALLOC_CONF): "
+                                         "MPS has its own allocator and reads none of them"]
+    if kind == "unexplained":
+        found = _platform_fixes(platform, msg, R)
+        if decision["rule"] == "per_allocation_limit":
+            return [x for x in found if x.name != "driver_bug"], [
+                "allocator settings: the platform's per-allocation limit refused, not the "
+                "allocator"]
+        return found, ["allocator settings: the driver had room, so no allocator setting "
+                       "changes this"]
+    bigger = Fix("bigger_card",
+                 f"a card with at least {_s(T + (decision.get('shortfall') or 0))} would have "
+                 f"had room for this allocation (later ones may need more)"
+                 if T and kind == "exhaustion" and decision["rule"] != "request_larger_than_card"
+                 else f"a card with more than {_s(R)} of memory: this one request is larger "
+                      f"than the card" if decision["rule"] == "request_larger_than_card"
+                 else "a card with more memory")
+    if decision["rule"] == "request_larger_than_card":
+        left_out.append("allocator settings and empty_cache(): one allocation larger than the "
+                        "card cannot fit whatever the allocator does")
+        return [Fix("make_the_allocation_smaller",
+                    f"one tensor of {_s(R)} cannot live on this card: split the work that "
+                    f"makes it", how="smaller batch or resolution; shard the model or the "
+                                     "tensor; lower precision; check the shape is intended"),
+                bigger], left_out
+    if decision["rule"] == "over_memory_fraction":
+        return [Fix("raise_memory_fraction", "the cap set by set_per_process_memory_fraction "
+                    "(or the backend's limit) stopped the allocation before the card did",
+                    code="torch.cuda.set_per_process_memory_fraction(0.95)"),
+                _smaller(None)], left_out
+    settings = []
+    if not platform.has("cudaMallocAsync"):
+        if platform.expandable_segments == "no":
+            where = next(n for n in ("windows", "mps", "xpu") if platform.has(n))
+            left_out.append(f"expandable_segments: not available on {where}")
+        elif "expandable_segments" in platform.settings_on:
+            left_out.append("expandable_segments: the text says it is already on")
+        else:
+            settings.append(_expandable(platform))
+        if "max_split_size_mb" in platform.settings_on:
+            left_out.append(f"max_split_size_mb: the text says "
+                            f"{platform.settings_on['max_split_size_mb']} is already set")
+        elif kind == "fragmentation":
+            settings.append(_max_split(platform, R))
+    not_empty = Fix("not_empty_cache",
+                    "empty_cache() would not help: before raising, the allocator already "
+                    "released every cached segment that was wholly free and retried; what stays "
+                    "cached is free space inside segments that also hold live tensors")
+    if kind == "outside_pytorch":
+        out = []
+        if msg.other_processes:
+            pids = ", ".join(str(p) for p in msg.other_processes)
+            out.append(Fix("other_processes", f"processes {pids} hold memory on this GPU",
+                           how="nvidia-smi shows them; stop them, or pick a free GPU with "
+                               "CUDA_VISIBLE_DEVICES"))
+        out.append(Fix("non_pytorch_memory",
+                       f"{_s(f['outside'])} is held outside PyTorch's allocator: other "
+                       f"processes, library workspaces (cuBLAS, cuDNN, NCCL), or another "
+                       f"framework in the same process",
+                       how="another framework: stop it preallocating (JAX: "
+                           "XLA_PYTHON_CLIENT_PREALLOCATE=false; TensorFlow: "
+                           "tf.config.experimental.set_memory_growth)"))
+        out.append(Fix("share_the_card", "cap each user of the card so they fit together",
+                       code="torch.cuda.set_per_process_memory_fraction(0.5)"))
+        return out, left_out
+    if kind == "fragmentation":
+        return settings + [_smaller(None), not_empty], left_out
+    short = decision.get("shortfall")
+    if decision["rule"] == "no_piece_big_enough":
+        return settings + [_smaller(None), bigger, not_empty], left_out
+    if settings:
+        left_out.append("allocator settings: even as one piece the free memory is short of "
+                        "the request, so they cannot make it fit")
+    if platform.has("cudaMallocAsync"):
+        return [_smaller(short), bigger], left_out
+    return [_smaller(short), bigger, not_empty], left_out
+
+
+def _mps(kind, decision, f):
+    R = f.get("requested") or 0
+    ratio = Fix("mps_high_watermark",
+                "the MPS allocator stops at a high watermark, a ratio (1.7 by default) of the "
+                "memory macOS recommends for the GPU; a higher ratio, or 0.0 for no limit, lets "
+                "it use more of the unified memory at the risk of heavy swapping or a system "
+                "failure",
+                how="export PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 (no limit) or a value up to 2.0")
+    empty = Fix("mps_empty_cache",
+                "torch.mps.empty_cache() returns the cached buffers to the system between "
+                "phases (the allocator already freed them once before raising, so it helps the "
+                "next steps and the rest of the system, not this allocation)",
+                code="torch.mps.empty_cache()")
+    smaller = Fix("reduce_peak_memory", f"hold less at the peak than now (this request: {_s(R)})",
+                  how="smaller batch or resolution; attention slicing / tiled decode; fp16")
+    if kind == "unexplained":
+        return [Fix("free_system_memory", "on a Mac the GPU shares memory with every program: "
+                    "Metal refused because the system had no room", how="close other programs; "
+                    "a smaller batch; a Mac with more memory"), smaller, empty]
+    return [smaller, ratio, empty]
