@@ -38,11 +38,11 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 class _CallableRoom(types.ModuleType):
     def __call__(self, source=None, *, message=None, total_memory=None, request=None,
-                 device=None, search=True):
+                 device=None, search=True, workers=None, budget_s=None):
         """Diagnose an OOM from a snapshot, an exception or a message: see
         :func:`gpumemlab.doctor.api.doctor`."""
         return self.doctor(source, message=message, total_memory=total_memory, request=request,
-                           device=device, search=search)
+                           device=device, search=search, workers=workers, budget_s=budget_s)
 
 
 sys.modules[__name__].__class__ = _CallableRoom

@@ -10,7 +10,8 @@ The three kinds, decided the same way in both modes:
   fits the card);
 * ``"exhaustion"``: it would not: the program needs more memory than the card has.
 
-``kind`` is ``"no_oom"`` for a recording that fits, ``None`` when the input does not say enough.
+``kind`` is ``"no_oom"`` for a recording that fits, ``"unknown"`` (or None, written "unknown" in
+the JSON) when the input does not say enough.
 Sizes are bytes; a field the input does not give is None.
 """
 from __future__ import annotations
@@ -20,9 +21,10 @@ from dataclasses import asdict, dataclass, field
 from .report import to_json, to_text
 from .report_html import to_html
 
-__all__ = ["Diagnosis", "Fix", "KINDS"]
+__all__ = ["Diagnosis", "Fix", "KINDS", "SCHEMA_VERSION"]
 
 KINDS = ("outside_pytorch", "fragmentation", "exhaustion")
+SCHEMA_VERSION = 1   # of the JSON form: raised when a field changes meaning or goes away
 
 
 @dataclass
@@ -97,9 +99,13 @@ class Diagnosis:
         return to_html(self, fragment=True)
 
     def as_dict(self) -> dict:
-        """The JSON form: every field but ``views``; fixes as plain dicts."""
-        out = asdict(self)
+        """The JSON form (docs/DOCTOR.md, "JSON schema"): ``schema_version`` first, then every
+        field but ``views``; fixes as plain dicts; a kind of None is "unknown"."""
+        out = {"schema_version": SCHEMA_VERSION}
+        out.update(asdict(self))
         out.pop("views")
+        if out["kind"] is None:
+            out["kind"] = "unknown"
         rec = self.recommended
         out["recommended"] = None if rec is None else rec.name
         return out

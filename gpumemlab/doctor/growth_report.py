@@ -11,6 +11,7 @@ import sysconfig
 from dataclasses import dataclass, field
 
 from gpumemlab.units import format_size
+from gpumemlab.viz.frames import is_interpreter_frame
 
 __all__ = ["CAUSES", "GrowthReport", "Iteration", "Site", "Trigger", "where"]
 
@@ -22,7 +23,9 @@ _KERNEL_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
 _INPUT_CELL = re.compile(r"<ipython-input-(\d+)-[0-9a-f]+>")
 
 
-def _is_library(filename: str) -> bool:
+def _is_library(filename: str, name: str = "") -> bool:
+    if is_interpreter_frame({"filename": filename, "name": name}):
+        return True
     f = filename.replace("\\", "/")
     if ("/site-packages/" in f or "/dist-packages/" in f) and "/gpumemlab/" not in f:
         return True
@@ -46,8 +49,9 @@ def where(frames) -> str:
     library frame that made the tensor when that is not the same."""
     if not frames:
         return "no frames recorded"
-    user = next((f for f in frames if not _is_library(f.get("filename", ""))), None)
-    inner = frames[0]
+    user = next((f for f in frames if not _is_library(f.get("filename", ""), f.get("name", ""))),
+                None)
+    inner = next((f for f in frames if not is_interpreter_frame(f)), frames[0])
     if user is None:
         return _frame_text(inner)
     if user is inner:

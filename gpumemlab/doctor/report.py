@@ -10,7 +10,8 @@ __all__ = ["to_text", "to_json"]
 
 _KIND_TITLE = {"fragmentation": "fragmentation", "exhaustion": "exhaustion (out of memory)",
                "outside_pytorch": "memory held outside PyTorch", "no_oom": "no OOM",
-               None: "unknown (the input says too little)"}
+               None: "unknown (the input says too little)",
+               "unknown": "unknown (the input says too little)"}
 WIDTH = 100
 
 
