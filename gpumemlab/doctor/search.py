@@ -159,7 +159,7 @@ def _run_all(cands, snap, args, workers, deadline):
         for c, job in zip(cands, pending):
             left = deadline - time.monotonic()
             if left > 0:
-                job.wait(left)
+                job.wait(None if left == float("inf") else left)
             if job.ready():
                 out.append(job.get())
             else:
