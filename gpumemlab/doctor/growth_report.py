@@ -189,10 +189,20 @@ def _signed(n: int) -> str:
 class GrowthReport:
     """The iterations of a recording, each with its cause; ``print`` it, or show it in a cell."""
 
-    def __init__(self, iterations, result=None, notes=()):
+    def __init__(self, iterations, result=None, notes=(), found=None):
         self.iterations = list(iterations)
         self.result = result          # the ReplayResult the figures come from
         self.notes = list(notes)
+        self.found = found or {}      # how the iterations were found (growth._spans_found)
+
+    def as_dict(self) -> dict:
+        """The JSON form (``schema_version`` 1, docs/GROWTH.md "JSON schema")."""
+        from .growth_json import as_dict
+        return as_dict(self)
+
+    def json(self) -> str:
+        from .growth_json import to_json
+        return to_json(self)
 
     @property
     def causes(self) -> list:
@@ -216,6 +226,8 @@ class GrowthReport:
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLS)]
         line = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()  # noqa: E731
         out = [line(_COLS)] + [line(r) for r in rows]
+        if self.found.get("method") == "auto":
+            out.insert(0, f"iterations: {self.found['explanation']}")
         if evidence:
             for it in self.iterations:
                 if it.cause != "steady":
