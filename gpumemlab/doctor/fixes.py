@@ -15,7 +15,7 @@ import time
 from gpumemlab.units import format_size
 
 from .diagnosis import Fix
-from .search import DEFAULT_BUDGET_S, FRACTION, search_settings, smallest_card, workers_available
+from .search import DEFAULT_BUDGET_S, FRACTION, search_settings, workers_available
 
 __all__ = ["add_fixes", "reconcile"]
 
@@ -54,8 +54,8 @@ def add_fixes(d, snap, conf, share, device, size, config, *, workers=None, budge
     trace = snap.snapshot["device_traces"][device]
     max_request = max([e["size"] for e in trace if e["action"] in ("alloc", "oom")] + [size])
     n_workers = workers_available(workers)
-    cands = search_settings(snap, conf, share, device, max_request, expandable_on,
-                            workers=n_workers, deadline=deadline)
+    cands, card = search_settings(snap, conf, share, device, max_request, expandable_on,
+                                  workers=n_workers, deadline=deadline, card_conf=conf)
     fixes = []
     for c in cands:
         if c.error or c.skipped:
@@ -70,7 +70,6 @@ def add_fixes(d, snap, conf, share, device, size, config, *, workers=None, budge
                          headroom_bytes=c.headroom_bytes, first_failing_entry=c.first_failing_entry,
                          verified=True, total_memory_bytes=share))
     fixes.sort(key=lambda f: (not f.fits, _changes(f), f.peak_reserved_bytes or 0))
-    card = smallest_card(snap, conf, device, deadline=deadline)
     outside = d.non_pytorch_bytes or 0
     if card["bytes"] is not None:
         fixes.append(Fix("bigger_card", f"under the recorded settings the run fits a card whose "

@@ -14,7 +14,8 @@ card fits every bigger one, and the answer is verified by its own replay.
 
 The replays are independent, so with several cores they run in worker processes (``fork``:
 each worker inherits the recording instead of receiving a copy; one process where ``fork`` is
-not available or ``workers=1``), in the same order and with the same results as one process.
+not available or ``workers=1``), in the same order and with the same results as one process;
+the smallest-card bisection, sequential in itself, runs in one worker beside the candidates.
 Both searches stop at a time budget (``budget_s``, shared): candidates not replayed by then are
 marked ``skipped``, and the smallest card keeps the best card verified so far.
 """
@@ -140,51 +141,73 @@ def _replay_one(c: Candidate) -> Candidate:
     return run_candidate(_JOB["snap"], c, *_JOB["args"])
 
 
-def _run_all(cands, snap, args, workers, deadline):
-    """Replay ``cands`` in order; those not done by ``deadline`` are marked skipped."""
-    if workers <= 1 or len(cands) <= 1:
-        out = []
-        for c in cands:
-            if time.monotonic() >= deadline:
-                c.skipped = True
-                out.append(c)
-            else:
-                out.append(run_candidate(snap, c, *args))
-        return out
-    _JOB.update(snap=snap, args=args)
-    pool = multiprocessing.get_context("fork").Pool(min(workers, len(cands)))
-    try:
-        pending = [pool.apply_async(_replay_one, (c,)) for c in cands]
-        out = []
-        for c, job in zip(cands, pending):
-            left = deadline - time.monotonic()
-            if left > 0:
-                job.wait(None if left == float("inf") else left)
-            if job.ready():
-                out.append(job.get())
-            else:
-                c.skipped = True
-                out.append(c)
-        return out
-    finally:
-        pool.terminate()      # stops replays still running after the budget
-        pool.join()
-        _JOB.clear()
+def _card_one(conf, device, stop_at, deadline):
+    return smallest_card(_JOB["snap"], conf, device, stop_at=stop_at, deadline=deadline)
+
+
+def _collect(cands, jobs, deadline):
+    """The finished candidates of ``jobs`` (one per candidate) by ``deadline``; the rest
+    are marked skipped."""
+    out = []
+    for c, job in zip(cands, jobs):
+        left = deadline - time.monotonic()
+        if left > 0:
+            job.wait(None if left == float("inf") else left)
+        if job.ready():
+            out.append(job.get())
+        else:
+            c.skipped = True
+            out.append(c)
+    return out
+
+
+def _run_serial(cands, snap, args, deadline):
+    out = []
+    for c in cands:
+        if time.monotonic() >= deadline:
+            c.skipped = True
+            out.append(c)
+        else:
+            out.append(run_candidate(snap, c, *args))
+    return out
 
 
 def search_settings(snap, recorded_conf: str, capacity: int, device: int, max_request: int,
                     expandable_on: bool, stop_at=None, *, workers=None,
-                    deadline: float | None = None) -> list:
+                    deadline: float | None = None, card_conf: str | None = None):
     """Every candidate replayed (``workers`` processes; until ``deadline``, a
-    ``time.monotonic()`` value); singles first, then combinations."""
+    ``time.monotonic()`` value); singles first, then combinations. With ``card_conf`` (the
+    recorded settings) it returns ``(candidates, smallest_card(...))``, the smallest-card
+    search running in a worker of its own beside the candidates."""
     workers = workers_available(workers)
     deadline = float("inf") if deadline is None else deadline
     args = (recorded_conf, capacity, device, stop_at)
-    singles = _run_all(candidates(recorded_conf, max_request, expandable_on=expandable_on),
-                       snap, args, workers, deadline)
-    replayed = [c for c in singles if not c.skipped]
-    combos = _run_all(combinations(replayed, expandable_on), snap, args, workers, deadline)
-    return singles + combos
+    singles = candidates(recorded_conf, max_request, expandable_on=expandable_on)
+    if workers <= 1:
+        singles = _run_serial(singles, snap, args, deadline)
+        combos = _run_serial(combinations([c for c in singles if not c.skipped], expandable_on),
+                             snap, args, deadline)
+        if card_conf is None:
+            return singles + combos
+        return singles + combos, smallest_card(snap, card_conf, device, stop_at=stop_at,
+                                               deadline=deadline)
+    _JOB.update(snap=snap, args=args)
+    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        card_job = None if card_conf is None else pool.apply_async(
+            _card_one, (card_conf, device, stop_at, deadline))
+        singles = _collect(singles, [pool.apply_async(_replay_one, (c,)) for c in singles],
+                           deadline)
+        combos = combinations([c for c in singles if not c.skipped], expandable_on)
+        combos = _collect(combos, [pool.apply_async(_replay_one, (c,)) for c in combos],
+                          deadline)
+        if card_job is None:
+            return singles + combos
+        return singles + combos, card_job.get()      # it stops at the deadline by itself
+    finally:
+        pool.terminate()      # stops replays still running after the budget
+        pool.join()
+        _JOB.clear()
 
 
 def smallest_card(snap, conf: str, device: int, *, stop_at=None,
