@@ -151,14 +151,16 @@ def bench_search(entries: int, workers_list) -> None:
     gc.collect()
     fixes = {}
     for workers in workers_list:
-        c0 = time.process_time()
+        c0, k0 = time.process_time(), os.times()
         t, d = _time(lambda: gml.doctor(rng_snap, workers=workers, budget_s=1e6))
         cpu = time.process_time() - c0
+        k1 = os.times()
+        kids = (k1.children_user - k0.children_user) + (k1.children_system - k0.children_system)
         card = d.details.get("smallest_card") or {}
         search = d.details.get("search") or {}
         fixes[workers] = [(f.name, f.fits, f.peak_reserved_bytes) for f in d.fixes]
         print(f"  gml.doctor, {workers} worker{'s' if workers > 1 else ''}: {t:7.2f} s wall "
-              f"({cpu:.2f} s CPU in this process), of which the search "
+              f"(CPU: {cpu:.2f} s in this process, {kids:.2f} s in workers), of which the search "
               f"{search.get('elapsed_s')} s: {search.get('replayed')} settings replayed, "
               f"smallest card in {card.get('replays')} replays; kind {d.kind}, recommended "
               f"{d.recommended.name if d.recommended else None}; the default budget "

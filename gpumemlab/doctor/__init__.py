@@ -2,15 +2,18 @@
 setting that would have saved the run.
 
 ``gml.doctor(source)`` (``api.doctor``) reads a message (``message``, ``message_mode``: every form
-PyTorch has printed) or a snapshot (``snapshot_mode``: faithful replay, the OOM, its kind and
-``evidence``, then ``search`` of the allocator settings and the smallest card, each verified by a
-replay; ``state_only`` for a snapshot without a trace) and returns a ``diagnosis.Diagnosis``,
-rendered as text or JSON (``report``) or a self-contained HTML page (``report_html``).
+PyTorch has printed) or a snapshot (``snapshot_mode``: the device that ran out (``devices``),
+faithful replay, the OOM, its kind and ``evidence``, then ``search`` of the allocator settings
+and the smallest card, each verified by a replay and ranked in ``fixes``; ``snapshot_details``
+for the structured part; ``state_only`` for a snapshot without a trace) and returns a
+``diagnosis.Diagnosis``, rendered as text or JSON (``report``) or a self-contained HTML page
+(``report_html``).
 
 Memory that grows step after step: ``gml.growth(recording)`` (``growth.py``) names the cause of
 each iteration (leak, one-time state, new shapes, higher peak, fragmentation, steady) with its
-evidence (``growth_report``, drawn by ``growth_figure``); ``growth_cases`` holds real torch
-loops that show each cause.
+evidence (``growth_report``, drawn by ``growth_figure``, JSON by ``growth_json``), finding the
+iterations itself when nothing marks them (``growth_iterations``); ``growth_cases`` holds real
+torch loops that show each cause.
 
 This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and
 importing any ``gpumemlab.doctor.*`` module sets ``gpumemlab.doctor`` to this package, so the

@@ -14,13 +14,8 @@ SCHEMA_VERSION = 1   # raised when a field is removed or changes meaning
 def _site(s) -> dict:
     return {"where": s.where, "count": s.count, "bytes": s.bytes, "sizes": list(s.sizes),
             "category": s.category, "indices": list(s.indices), "freed_at": list(s.freed_at),
-            "freed_by": None if not s.freed_by else _where(s.freed_by),
+            "freed_by": s.freed_by_where,
             "iterations": list(s.iterations)}
-
-
-def _where(frames):
-    from .growth_report import where
-    return where(frames)
 
 
 def _trigger(t) -> dict:

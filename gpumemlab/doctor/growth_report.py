@@ -76,6 +76,11 @@ class Site:
     def where(self) -> str:
         return where(self.frames)
 
+    @property
+    def freed_by_where(self) -> str | None:
+        """Where the first free was made, or None when no free was recorded with frames."""
+        return where(self.freed_by) if self.freed_by else None
+
     def describe(self) -> str:
         # capture infers "temporary"/"input" from phases: only the categories it knows are shown
         cat = f", {self.category}" if self.category in _KNOWN_CATEGORIES else ""

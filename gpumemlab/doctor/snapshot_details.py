@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from gpumemlab.units import format_size
 
+from .devices import devices_line
 from .diagnosis import Diagnosis
 
 __all__ = ["DETAILS_KEYS", "new_details", "result_dict", "start_dict", "start_lines",
@@ -94,7 +95,7 @@ def start_state_diagnosis(name, faithful, share, common, assumptions) -> Diagnos
                  f"first entry on it." + (f" (The {format_size(t['cached_bytes'])} it also had "
                                            f"cached would have been released; it does not "
                                            f"decide this.)" if t["cached_bytes"] else ""))
-    d.evidence = start_lines(faithful)
+    d.evidence = [devices_line(common["rows"])] + start_lines(faithful)
     d.details = new_details(oom_entry=None, recorded_oom=False, oom_during="start state",
                             shortfall_bytes=oom["shortfall_bytes"], allocator_share_bytes=share,
                             devices=common["rows"], start_state=t,
