@@ -6,12 +6,14 @@ step is made by a site that recurs once per step: the *anchor*. Candidates are t
 recur, in the order of their first allocation (the first frame that recurs comes first); each
 splits the trace at its occurrences (back-to-back occurrences, such as ``x`` and ``y`` made on
 one line, count as one), or at every second, third or fourth of them (a site that allocates
-twice per step, such as two ``nn.Linear`` layers called from one line). A split is scored by how alike its iterations are: the mean, over the
-iterations, of the multiset similarity (shared allocations / all allocations, by site) between
-an iteration and the most common one; the best score wins, the earliest anchor on a tie. That
-score is how sure the finding is: 1.0 when every step allocates at the same sites the same
-number of times; the first step of an optimizer (its state), new shapes or a leak lower it a
-little, an anchor that is no step at all lowers it a lot.
+twice per step, such as two ``nn.Linear`` layers called from one line). A split is scored by
+how alike its iterations are: the mean, over the iterations, of the multiset similarity (shared
+allocations / all allocations, by site) between an iteration and the most common one, times
+the share of allocations not left before the first iteration at sites the iterations use; the
+best score wins, the earliest anchor on a tie. That score is how sure the finding is: 1.0 when
+every step allocates at the same sites the same number of times; extra allocations in one step
+(an optimizer's state, made by the first) lower it a little, a cut that is no step at all lowers
+it a lot. Sizes are not part of a site, so new shapes do not lower it.
 
 Not found: loops whose steps share no site (every step different code), and loops whose first
 allocation site also allocates elsewhere in the step at unrelated times (then another anchor,

@@ -127,8 +127,10 @@ def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device:
 
 
 def workers_available(workers=None) -> int:
-    """How many processes the search uses: ``workers``, else one per core; 1 without fork."""
-    if "fork" not in multiprocessing.get_all_start_methods():
+    """How many processes the search uses: ``workers``, else one per core; 1 without fork,
+    and 1 inside a daemon process (a pool's worker may not start processes of its own)."""
+    if "fork" not in multiprocessing.get_all_start_methods() or \
+            multiprocessing.current_process().daemon:
         return 1
     n = (os.cpu_count() or 1) if workers is None else int(workers)
     return max(1, n)
@@ -192,7 +194,13 @@ def search_settings(snap, recorded_conf: str, capacity: int, device: int, max_re
         return singles + combos, smallest_card(snap, card_conf, device, stop_at=stop_at,
                                                deadline=deadline)
     _JOB.update(snap=snap, args=args)
-    pool = multiprocessing.get_context("fork").Pool(workers)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(workers)
+    except OSError:            # no processes to be had (a sandbox's limit): one process
+        _JOB.clear()
+        return search_settings(snap, recorded_conf, capacity, device, max_request,
+                               expandable_on, stop_at, workers=1, deadline=deadline,
+                               card_conf=card_conf)
     try:
         card_job = None if card_conf is None else pool.apply_async(
             _card_one, (card_conf, device, stop_at, deadline))
