@@ -52,3 +52,11 @@ def test_smallest_card_past_its_deadline_keeps_a_verified_card():
     assert gml.replay(snap, alloc_conf="", total_memory=card["bytes"]).oom is None
     exact = search.smallest_card(snap, "", 0)
     assert not exact["stopped_at_budget"] and exact["bytes"] <= card["bytes"]
+
+
+@pytest.mark.skipif(search.workers_available(2) < 2, reason="no fork on this platform")
+def test_inside_a_worker_the_search_runs_in_one_process():
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(search.workers_available, (4,)) == 1
+    assert search.workers_available(4) == 4 and search.workers_available(0) == 1
