@@ -187,6 +187,7 @@ def _fits(snap, name, faithful, conf, common, search, budget_s):
                   f"{conf or 'default settings'}; {faithful.alloc_mismatches} address "
                   f"mismatches"] + start_lines(faithful)
     d.details = new_details(alloc_conf=conf, devices=common["rows"], recorded_oom=False,
+                            allocator_share_bytes=card,
                             start_state=start_dict(faithful), faithful=result_dict(faithful))
     if search:
         budget = DEFAULT_BUDGET_S if budget_s is None else float(budget_s)
