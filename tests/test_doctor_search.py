@@ -19,7 +19,7 @@ def _search(workers, deadline=None):
                                   deadline=deadline)
 
 
-@pytest.mark.skipif(search.workers_available(2) < 2, reason="no fork on this platform")
+@pytest.mark.skipif(search.workers_available(2) < 2, reason="worker processes on Linux only")
 def test_worker_processes_give_the_results_of_one_process():
     one, two = _search(1), _search(2)
     assert one == two and len(one) > 5 and not any(c.skipped for c in one)
@@ -54,7 +54,7 @@ def test_smallest_card_past_its_deadline_keeps_a_verified_card():
     assert not exact["stopped_at_budget"] and exact["bytes"] <= card["bytes"]
 
 
-@pytest.mark.skipif(search.workers_available(2) < 2, reason="no fork on this platform")
+@pytest.mark.skipif(search.workers_available(2) < 2, reason="worker processes on Linux only")
 def test_inside_a_worker_the_search_runs_in_one_process():
     import multiprocessing
     with multiprocessing.get_context("fork").Pool(1) as pool:

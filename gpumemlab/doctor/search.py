@@ -13,8 +13,8 @@ under the recorded settings, to 2 MiB (c10 ``kRoundLarge``); it assumes that a r
 card fits every bigger one, and the answer is verified by its own replay.
 
 The replays are independent, so with several cores they run in worker processes (``fork``:
-each worker inherits the recording instead of receiving a copy; one process where ``fork`` is
-not available or ``workers=1``), in the same order and with the same results as one process;
+each worker inherits the recording instead of receiving a copy; one process off Linux or with
+``workers=1``), in the same order and with the same results as one process;
 the smallest-card bisection, sequential in itself, runs in one worker beside the candidates.
 Both searches stop at a time budget (``budget_s``, shared): candidates not replayed by then are
 marked ``skipped``, and the smallest card keeps the best card verified so far.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import time
 from dataclasses import dataclass
 
@@ -127,12 +128,11 @@ def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device:
 
 
 def workers_available(workers=None) -> int:
-    """How many processes the search uses: ``workers``, else one per core; 1 without fork,
-    and 1 inside a daemon process (a pool's worker may not start processes of its own)."""
-    if "fork" not in multiprocessing.get_all_start_methods() or \
-            multiprocessing.current_process().daemon:
-        return 1
-    n = (os.cpu_count() or 1) if workers is None else int(workers)
+    """How many processes the search uses: ``workers``, else one per core; 1 off Linux (no
+    safe fork), and 1 inside a daemon process (a pool's worker may not start processes of its own)."""
+    if not sys.platform.startswith("linux") or multiprocessing.current_process().daemon:
+        return 1          # fork is safe on Linux only (macOS frameworks break in a forked child)
+    n = len(os.sched_getaffinity(0)) if workers is None else int(workers)   # cores we may use
     return max(1, n)
 
 
@@ -195,7 +195,7 @@ def search_settings(snap, recorded_conf: str, capacity: int, device: int, max_re
                                                deadline=deadline)
     _JOB.update(snap=snap, args=args)
     try:
-        pool = multiprocessing.get_context("fork").Pool(workers)
+        pool = multiprocessing.get_context("fork").Pool(min(workers, len(singles) + 1))
     except OSError:            # no processes to be had (a sandbox's limit): one process
         _JOB.clear()
         return search_settings(snap, recorded_conf, capacity, device, max_request,
