@@ -94,6 +94,8 @@ def find_iterations(trace, site_key):
             score = _score(allocs, starts, len(trace))
             if best is None or score > best[0] + 1e-9:
                 best = (score, every, key, starts)
+        if best is not None and best[0] >= 1.0 - 1e-9:
+            break             # a later anchor can only tie, and ties go to the earlier one
     if best is None:
         return [], {"anchor_index": None, "anchor_site": None, "confidence": 0.0,
                     "level": "low", "candidates": len(order)}
