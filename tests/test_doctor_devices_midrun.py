@@ -202,3 +202,25 @@ def test_culprit_frames_skip_the_interpreters_own_files():
             "line": 3}] + CPYTHON_STACK[:4]
     assert culprit_frame(cpp)["name"] == "at::native::empty"
     assert where(CPYTHON_STACK).startswith("train.py:12 in step (via torch/nn/modules/linear.py")
+
+
+def test_an_exhaustion_headline_never_stands_beside_a_setting_that_fits():
+    from gpumemlab.doctor.diagnosis import Diagnosis, Fix
+    from gpumemlab.doctor.fixes import reconcile
+    d = Diagnosis(mode="snapshot", source="s", kind="exhaustion", summary="", requested_bytes=1)
+    d.fixes = [Fix("max_split_size_mb:64", "", alloc_conf="max_split_size_mb:64", fits=False,
+                   verified=True)]
+    reconcile(d)
+    assert d.kind == "exhaustion" and not d.notes                 # nothing fits: it stands
+    d.fixes.append(Fix("expandable_segments", "", alloc_conf="expandable_segments:True",
+                       fits=True, verified=True))
+    reconcile(d)
+    assert d.kind == "fragmentation" and "expandable_segments replays" in d.notes[0]
+
+
+def test_parse_size_rounds_a_printed_decimal_down_only_when_asked():
+    from gpumemlab.units import parse_size
+    assert parse_size("79.33GiB", round_down=True) == 7933 * GiB // 100
+    assert parse_size("1.5KiB") == 1536                            # whole bytes: as before
+    with pytest.raises(ValueError, match="whole number of bytes"):
+        parse_size("79.33GiB")
