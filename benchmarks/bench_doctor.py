@@ -1,16 +1,19 @@
 """Doctor speed: loading a big snapshot with frames, and the settings search on a 100k-entry recording.
 
-Run: python benchmarks/bench_doctor.py [--entries N] [--search-entries N] [--skip-torch]
-Prints figures and ratios. Targets (issue 11): load a 2M-entry snapshot with frames at least as fast
-as ``python -m torch.cuda._memory_viz stats FILE`` on the same file; the doctor's settings search
-on a 100k-entry recording in under 30 s on one core.
+Run: python benchmarks/bench_doctor.py [--entries N] [--search-entries N,M] [--workers 1,2]
+[--skip-torch] [--skip-load]. Prints figures and ratios. Targets (issue 11): load a 2M-entry
+snapshot with frames at least as fast as ``python -m torch.cuda._memory_viz stats FILE`` on the
+same file; the doctor's settings search on a 100k-entry recording in under 30 s on one core.
+Issue 19: the doctor's time on a 100k- and a 1M-entry recording, with the search's replays in
+one process and in worker processes (same fixes: checked here too).
 
 * load: ``load_snapshot`` (restricted unpickler + normalisation) with the garbage collector paused
   (what it does) and running (what it did), against ``_memory_viz stats`` (plain ``pickle.load``
   plus its statistics) in a subprocess, and the cost of normalising again (what a ``Snapshot``
   passed to replay skips).
 * search: ``gml.doctor`` on a recording that ran out of memory: the faithful replay, every
-  candidate setting and the smallest-card binary search.
+  candidate setting and the smallest-card binary search, under a budget large enough that it
+  never stops (whether the default budget would have stopped it is printed).
 * message (``--message-only`` runs just this): ``gml.doctor(message=...)`` on pastes of 24 KB,
   400 KB and 1 MB (a training log with long unbroken tokens, then the OOM traceback); target:
   linear time, a 1 MB paste in under a second (issue 19).
@@ -46,7 +49,8 @@ def _frames(rng):
             for f, line, n in (rng.choice(_SITES) for _ in range(6))]
 
 
-def make_recording(entries: int, seed: int = 0, capacity=80 * 1024 * MiB) -> dict:
+def make_recording(entries: int, seed: int = 0, capacity=80 * 1024 * MiB,
+                   frames: bool = True) -> dict:
     """A seeded run on the model with history, every trace entry given six frames."""
     rng = random.Random(seed)
     alloc = DeviceCachingAllocator(capacity, record_history=True, record_context=None)
@@ -65,8 +69,9 @@ def make_recording(entries: int, seed: int = 0, capacity=80 * 1024 * MiB) -> dic
                     alloc.free(live.pop(rng.randrange(len(live))))
     snap = alloc.snapshot()
     snap["device_traces"][0] = snap["device_traces"][0][:entries]
-    for e in snap["device_traces"][0]:
-        e["frames"] = _frames(rng)
+    if frames:
+        for e in snap["device_traces"][0]:
+            e["frames"] = _frames(rng)
     return snap
 
 
@@ -137,21 +142,35 @@ class _gc_running:
         return False
 
 
-def bench_search(entries: int) -> None:
+def bench_search(entries: int, workers_list) -> None:
     import gpumemlab as gml
-    rng_snap = make_recording(entries, seed=1, capacity=2 * 1024 * MiB)
+    from gpumemlab.doctor.search import DEFAULT_BUDGET_S
+    t0 = time.perf_counter()
+    rng_snap = make_recording(entries, seed=1, capacity=2 * 1024 * MiB, frames=False)
     trace = rng_snap["device_traces"][0]
     ooms = sum(e["action"] == "oom" for e in trace)
-    for e in trace:
-        e.pop("frames")
-    print(f"search: {len(trace)} entries, {ooms} recorded OOMs, one core")
+    print(f"search: {len(trace)} entries, {ooms} recorded OOMs (made in "
+          f"{time.perf_counter() - t0:.1f} s); {os.cpu_count()} cores")
     gc.collect()
-    t, d = _time(lambda: gml.doctor(rng_snap))
-    card = d.details.get("smallest_card") or {}
-    print(f"  gml.doctor: {t:6.2f} s for the faithful replay, {len(d.fixes)} fixes "
-          f"({sum(bool(f.alloc_conf) for f in d.fixes)} settings replayed) and the smallest card "
-          f"({card.get('replays')} replays); kind {d.kind}, recommended "
-          f"{d.recommended.name if d.recommended else None}; target < 30 s")
+    fixes = {}
+    for workers in workers_list:
+        c0, k0 = time.process_time(), os.times()
+        t, d = _time(lambda: gml.doctor(rng_snap, workers=workers, budget_s=1e6))
+        cpu = time.process_time() - c0
+        k1 = os.times()
+        kids = (k1.children_user - k0.children_user) + (k1.children_system - k0.children_system)
+        card = d.details.get("smallest_card") or {}
+        search = d.details.get("search") or {}
+        fixes[workers] = [(f.name, f.fits, f.peak_reserved_bytes) for f in d.fixes]
+        print(f"  gml.doctor, {workers} worker{'s' if workers > 1 else ''}: {t:7.2f} s wall "
+              f"(CPU: {cpu:.2f} s in this process, {kids:.2f} s in workers), of which the search "
+              f"{search.get('elapsed_s')} s: {search.get('replayed')} settings replayed, "
+              f"smallest card in {card.get('replays')} replays; kind {d.kind}, recommended "
+              f"{d.recommended.name if d.recommended else None}; the default budget "
+              f"({DEFAULT_BUDGET_S:g} s) would "
+              f"{'have stopped it' if (search.get('elapsed_s') or 0) > DEFAULT_BUDGET_S else 'not have stopped it'}")
+    same = len({repr(v) for v in fixes.values()}) == 1
+    print(f"  same fixes with every worker count: {same}")
 
 
 def _paste(size: int) -> str:
@@ -187,7 +206,9 @@ def bench_message() -> None:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=2_000_000)
-    ap.add_argument("--search-entries", type=int, default=100_000)
+    ap.add_argument("--search-entries", default="100000,1000000",
+                    help="comma-separated recording sizes for the search benchmark")
+    ap.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--message-only", action="store_true", help="only the pasted-message figures")
@@ -197,7 +218,9 @@ def main(argv=None):
         return
     if not args.skip_load:
         bench_load(args.entries, args.skip_torch)
-    bench_search(args.search_entries)
+    for n in args.search_entries.split(","):
+        bench_search(int(n), [int(w) for w in args.workers.split(",")])
+        gc.collect()
     bench_message()
 
 

@@ -24,15 +24,19 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*$")
 
 
-def parse_size(value, *, name: str = "size") -> int:
+def parse_size(value, *, name: str = "size", round_down: bool = False) -> int:
     """Return ``value`` in bytes. Accepts an int, or a string such as "24GiB", "80GB", "512 MiB".
 
     Binary units (KiB, MiB, GiB, TiB, and the short K/M/G/T) are powers of 1024; decimal units
     (kB, MB, GB, TB) are powers of 1000, as on a GPU's spec sheet.
 
+    ``round_down=True`` accepts a decimal that is not a whole number of bytes, such as the
+    "79.33 GiB" PyTorch prints (two decimals), and rounds it down to whole bytes.
+
     Raises:
         TypeError: for a bool, float or other non-integer, non-string value.
-        ValueError: for a negative size, an unknown unit, or a fractional byte count.
+        ValueError: for a negative size, an unknown unit, or a fractional byte count (unless
+            ``round_down``).
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         if hasattr(value, "__index__") and not isinstance(value, bool):
@@ -56,7 +60,7 @@ def parse_size(value, *, name: str = "size") -> int:
     if "." in number:
         from fractions import Fraction
         exact = Fraction(number) * factor
-        if exact.denominator != 1:
+        if exact.denominator != 1 and not round_down:
             raise ValueError(f"{name} {value!r} is not a whole number of bytes")
-        return int(exact)
+        return int(exact)   # int() of a positive Fraction rounds down
     return int(number) * factor

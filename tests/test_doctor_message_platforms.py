@@ -263,7 +263,7 @@ def test_no_oom_text_is_refused_in_one_line_and_half_read_forms_say_what_they_la
 def _documented():
     """The message-mode fields of docs/DOCTOR.md's JSON schema: name -> type words."""
     text = DOCS.read_text()
-    part = text.split("### message mode", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
+    part = text.split("### Message mode", 1)[1].split("\n### ", 1)[0].split("\n## ", 1)[0]
     rows = {}
     for line in part.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]

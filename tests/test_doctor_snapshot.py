@@ -132,7 +132,8 @@ def test_what_if_on_a_card_too_small_for_the_start_state_is_an_oom_at_entry_0():
     assert r.oom["shortfall_bytes"] >= 300 * MiB and r.replayed == 0
     d = gml.doctor(gpu.snapshot(), total_memory="500MiB", search=False)
     assert d.kind == "exhaustion" and d.details["oom_during"] == "start state"
-    assert "Before its first entry" in d.summary and d.details["shortfall_bytes"] == 300 * MiB
+    assert "When recording began, 800.00 MiB was live" in d.summary
+    assert d.details["shortfall_bytes"] == 300 * MiB and d.requested_bytes is None
     del before
 
 

@@ -90,15 +90,18 @@ def test_capacity_what_if_finds_the_first_oom():
     full = replay(snap)
     from gpumemlab.allocator import AllocatorConfig
     from gpumemlab.recordings.replay_start import scan_start_state, start_reserved_bytes
-    start = start_reserved_bytes(scan_start_state(snap["segments"], snap["device_traces"][0],
-                                                  AllocatorConfig()))
+    from gpumemlab.recordings.replay_trim import start_live_bytes
+    state = scan_start_state(snap["segments"], snap["device_traces"][0], AllocatorConfig())
+    start, live = start_reserved_bytes(state), start_live_bytes(state)
     cap = max(full.peak_reserved // 2, start + 64 * MiB)
     assert cap < full.peak_reserved
-    # a card too small for what was reserved when recording began: an OOM at entry 0
-    tiny = replay(snap, total_memory=start // 2)
+    # a card too small for what was live when recording began: an OOM at entry 0 (what was
+    # cached then would have been released; replay_trim.py)
+    tiny = replay(snap, total_memory=live // 2)
     assert tiny.oom["index"] == 0 and tiny.oom["during"] == "start state"
-    assert tiny.oom["shortfall_bytes"] == start - start // 2 and tiny.replayed == 0
-    assert tiny.start_problems == []
+    assert tiny.oom["shortfall_bytes"] == live - live // 2 and tiny.replayed == 0
+    assert tiny.oom["size"] is None and tiny.oom["live_bytes"] == live
+    assert tiny.start_problems == [] and tiny.start_trim["cached_bytes"] == start - live
     small = replay(snap, total_memory=cap)
     assert small.start_problems == [] and small.oom is not None and small.oom["index"] < len(snap["device_traces"][0])
     assert "out of memory" in small.oom["message"]

@@ -1,6 +1,7 @@
 """``gpumemlab doctor`` and ``gpumemlab diff``: the OOM doctor and a comparison of two recordings.
 
-* ``doctor SNAPSHOT [--total-memory SIZE] [--request SIZE]``: snapshot mode;
+* ``doctor SNAPSHOT [--total-memory SIZE] [--request SIZE] [--device N] [--time-budget S]
+  [--workers N]``: snapshot mode;
   ``doctor --message TEXT``, ``doctor --message-file FILE`` (``-`` or ``doctor -``: stdin):
   message mode. ``--json`` prints the JSON report instead of the text, ``--html FILE`` also
   writes the self-contained HTML report. Exit 0 with a diagnosis, 2 for input it cannot read
@@ -30,13 +31,19 @@ def register(subparsers) -> None:
     p.add_argument("snapshot", nargs="?", help="snapshot file, or - to read a message from stdin")
     p.add_argument("--message", metavar="TEXT", help="the OOM message text")
     p.add_argument("--message-file", metavar="FILE", help="a file holding the message (- = stdin)")
-    p.add_argument("--total-memory", metavar="SIZE", help="the card's size, e.g. 80GiB")
+    p.add_argument("--total-memory", metavar="SIZE",
+                   help="the card's size, e.g. 80GiB or 79.33GiB as PyTorch prints it")
     p.add_argument("--request", metavar="SIZE", help="for a snapshot without a trace: a request "
                                                      "size to check against the state")
-    p.add_argument("--device", type=int, default=None, help="which device's trace (default: first)")
+    p.add_argument("--device", type=int, default=None,
+                   help="which device's trace (default: the one that ran out)")
     p.add_argument("--json", action="store_true", help="print the JSON report")
     p.add_argument("--html", metavar="FILE", help="write the HTML report to FILE")
     p.add_argument("--no-search", action="store_true", help="skip the settings search")
+    p.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help="stop the settings search after this long (default 120)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for the search's replays (default: one per core)")
     p.set_defaults(func=cmd_doctor)
 
     p = subparsers.add_parser("diff", help="compare the live memory of two snapshots by site",
@@ -71,7 +78,8 @@ def cmd_doctor(args) -> int:
                 d = doctor(message=_read_text(args.message_file or "-"))
             else:
                 d = doctor(args.snapshot, total_memory=args.total_memory, request=args.request,
-                           device=args.device, search=not args.no_search)
+                           device=args.device, search=not args.no_search,
+                           workers=args.workers, budget_s=args.time_budget)
         except NotAnOOMMessage as exc:
             raise CLIError(str(exc)) from None
         except (SnapshotError, ReplayError) as exc:

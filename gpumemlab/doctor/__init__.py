@@ -4,15 +4,18 @@ setting that would have saved the run.
 ``gml.doctor(source)`` (``api.doctor``) reads a message (``message_text`` cleans a paste,
 ``message`` reads every form PyTorch's allocators have printed, ``message_platform`` finds the
 platform, ``message_sanity`` flags impossible figures, ``message_kind`` decides the kind,
-``message_fixes`` fits the fixes, ``message_mode`` puts them together) or a snapshot (``snapshot_mode``: faithful replay, the OOM, its kind and
+``message_fixes`` fits the fixes, ``message_mode`` puts them together) or a snapshot
+(``snapshot_mode``: the device that ran out (``devices``), faithful replay, the OOM, its kind and
 ``evidence``, then ``search`` of the allocator settings and the smallest card, each verified by a
-replay; ``state_only`` for a snapshot without a trace) and returns a ``diagnosis.Diagnosis``,
-rendered as text or JSON (``report``) or a self-contained HTML page (``report_html``).
+replay and ranked in ``fixes``; ``snapshot_details`` for the structured part; ``state_only`` for a
+snapshot without a trace) and returns a ``diagnosis.Diagnosis``, rendered as text or JSON
+(``report``) or a self-contained HTML page (``report_html``).
 
 Memory that grows step after step: ``gml.growth(recording)`` (``growth.py``) names the cause of
 each iteration (leak, one-time state, new shapes, higher peak, fragmentation, steady) with its
-evidence (``growth_report``, drawn by ``growth_figure``); ``growth_cases`` holds real torch
-loops that show each cause.
+evidence (``growth_report``, drawn by ``growth_figure``, JSON by ``growth_json``), finding the
+iterations itself when nothing marks them (``growth_iterations``); the real
+torch loops that show each cause are in ``gpumemlab.lessons.growth_cases``.
 
 This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and
 importing any ``gpumemlab.doctor.*`` module sets ``gpumemlab.doctor`` to this package, so the
@@ -40,11 +43,11 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 class _CallableRoom(types.ModuleType):
     def __call__(self, source=None, *, message=None, total_memory=None, request=None,
-                 device=None, search=True):
+                 device=None, search=True, workers=None, budget_s=None):
         """Diagnose an OOM from a snapshot, an exception or a message: see
         :func:`gpumemlab.doctor.api.doctor`."""
         return self.doctor(source, message=message, total_memory=total_memory, request=request,
-                           device=device, search=search)
+                           device=device, search=search, workers=workers, budget_s=budget_s)
 
 
 sys.modules[__name__].__class__ = _CallableRoom

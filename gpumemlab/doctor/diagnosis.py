@@ -15,9 +15,10 @@ The kinds (a message decides them by the rules in message_kind.py):
   does (WDDM, WSL, unified memory, per-allocation limits, drivers);
 * ``"unknown"`` (message mode): the input says too little.
 
-``kind`` is ``"no_oom"`` for a recording that fits, ``None`` when a snapshot says too little.
-Sizes are bytes; a field the input does not give is None. ``as_dict`` carries
-``schema_version`` (:data:`SCHEMA_VERSION`), the version of the JSON fields in docs/DOCTOR.md.
+``kind`` is ``"no_oom"`` for a recording that fits, ``"unknown"`` (or None, written "unknown" in
+the JSON) when the input does not say enough. Sizes are bytes; a field the input does not give is
+None. ``as_dict`` carries ``schema_version`` (:data:`SCHEMA_VERSION`), the version of the JSON
+fields in docs/DOCTOR.md.
 """
 from __future__ import annotations
 
@@ -104,9 +105,13 @@ class Diagnosis:
         return to_html(self, fragment=True)
 
     def as_dict(self) -> dict:
-        """The JSON form: every field but ``views``; fixes as plain dicts."""
-        out = {"schema_version": SCHEMA_VERSION, **asdict(self)}
+        """The JSON form (docs/DOCTOR.md, "JSON schema"): ``schema_version`` first, then every
+        field but ``views``; fixes as plain dicts; a kind of None is "unknown"."""
+        out = {"schema_version": SCHEMA_VERSION}
+        out.update(asdict(self))
         out.pop("views")
+        if out["kind"] is None:
+            out["kind"] = "unknown"
         rec = self.recommended
         out["recommended"] = None if rec is None else rec.name
         return out

@@ -5,7 +5,10 @@ file, a ``SimulatedGPU``) is replayed on the allocator model (``gml.replay``), w
 allocated and reserved bytes after every trace entry. Iterations are the runs of trace entries
 that carry the same ``user_metadata``: what ``torch.cuda.memory._set_memory_metadata(f"step
 {i}")`` (``Capture.set_memory_metadata``, ``SimulatedGPU.set_memory_metadata``) stamps on every
-entry recorded after it; or ``iterations=[start index, ...]``. Each iteration gets one cause,
+entry recorded after it; or ``iterations=[start index, ...]``; without marks (or with
+``iterations="auto"``) they are found from the allocation sites that recur once per step
+(``growth_iterations``), and the report says how and how sure (``GrowthReport.found``). Each
+iteration gets one cause,
 the first that holds, in this order:
 
 * ``leak``: bytes this iteration allocated *stay*: they are still alive when the last
@@ -41,7 +44,8 @@ from gpumemlab.allocator import round_size
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.recordings.replay import replay
 from gpumemlab.recordings.replay_setup import replay_devices
-from .growth_report import CAUSES, GrowthReport, Iteration, Site, Trigger
+from .growth_iterations import find_iterations
+from .growth_report import CAUSES, GrowthReport, Iteration, Site, Trigger, where
 
 __all__ = ["growth", "iteration_spans", "GrowthError", "CAUSES"]
 
@@ -57,17 +61,60 @@ def growth(recording, *, iterations=None, alloc_conf=None, total_memory=None,
     Args:
         recording: a ``Capture``, a snapshot dict or file with history, or a device with
             ``snapshot()``.
-        iterations: None (use the entries' ``user_metadata``) or the trace index at which each
-            iteration starts, increasing.
+        iterations: None (the entries' ``user_metadata``; found from the allocation sites
+            when there is none), ``"auto"`` (found from the sites even with marks), or the
+            trace index at which each iteration starts, increasing.
         alloc_conf, total_memory: replay under these settings (a what-if) instead of as
             recorded; a capture is always replayed with model-chosen addresses.
         device: which device's trace (default: the first with one).
     """
     trace, source = _trace_of(recording, device)
-    spans = iteration_spans(trace, iterations)
+    spans, found = _spans_found(trace, iterations)
     result = replay(source, alloc_conf=alloc_conf, total_memory=total_memory, device=device,
                     stop_on_oom=False)
-    return _classify(trace, spans, result)
+    report = _classify(trace, spans, result)
+    report.found = found
+    return report
+
+
+def _spans_found(trace, iterations):
+    """The spans and how they were found (``GrowthReport.found``)."""
+    found = {"method": None, "iterations": 0, "anchor_index": None, "anchor_where": None,
+             "confidence": None, "level": None, "explanation": ""}
+    if iterations is None and any(e.get("user_metadata") for e in trace):
+        spans = iteration_spans(trace)
+        found.update(method="marks", confidence=1.0, level="high",
+                     explanation="marked by set_memory_metadata (user_metadata on each entry)")
+    elif iterations is None or (isinstance(iterations, str) and iterations == "auto"):
+        starts, info = find_iterations(trace, _site_key)
+        if not starts:
+            raise GrowthError("no iteration marks in the trace and no allocation site recurs, "
+                              "so no iterations could be found: call set_memory_metadata("
+                              "f'step {i}') at the top of each step (torch.cuda.memory."
+                              "_set_memory_metadata on a GPU), or pass iterations=[start, ...]")
+        spans = iteration_spans(trace, starts)
+        # nothing marks where the last one ends: as long as the median of the others (what
+        # follows, such as the frees after the loop, is in no iteration)
+        lengths = sorted(e - s for _n, s, e in spans[:-1])
+        name, s, e = spans[-1]
+        spans[-1] = (name, s, min(e, s + lengths[len(lengths) // 2]))
+        anchor = trace[info["anchor_index"]]
+        at = where(anchor.get("frames") or [])
+        found.update(method="auto", anchor_index=info["anchor_index"], anchor_where=at,
+                     confidence=info["confidence"], level=info["level"],
+                     explanation=f"found without marks: each iteration begins with an "
+                                 f"allocation at {at}, the allocation site that best splits "
+                                 f"the trace into alike steps ({info['candidates']} recurring "
+                                 f"sites tried); the iterations agree on "
+                                 f"{info['confidence']:.0%} of their allocations by site "
+                                 f"({info['level']} confidence); the last is taken to be "
+                                 f"as long as the median one")
+    else:
+        spans = iteration_spans(trace, iterations)
+        found.update(method="given", confidence=1.0, level="high",
+                     explanation="given as iterations=[start, ...]")
+    found["iterations"] = len(spans)
+    return spans, found
 
 
 def _trace_of(recording, device):

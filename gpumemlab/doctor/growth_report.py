@@ -11,6 +11,7 @@ import sysconfig
 from dataclasses import dataclass, field
 
 from gpumemlab.units import format_size
+from gpumemlab.viz.frames import is_interpreter_frame
 
 __all__ = ["CAUSES", "GrowthReport", "Iteration", "Site", "Trigger", "where"]
 
@@ -22,7 +23,9 @@ _KERNEL_CELL = re.compile(r"ipykernel_\d+[/\\]\d+\.py$")
 _INPUT_CELL = re.compile(r"<ipython-input-(\d+)-[0-9a-f]+>")
 
 
-def _is_library(filename: str) -> bool:
+def _is_library(filename: str, name: str = "") -> bool:
+    if is_interpreter_frame({"filename": filename, "name": name}):
+        return True
     f = filename.replace("\\", "/")
     if ("/site-packages/" in f or "/dist-packages/" in f) and "/gpumemlab/" not in f:
         return True
@@ -46,8 +49,9 @@ def where(frames) -> str:
     library frame that made the tensor when that is not the same."""
     if not frames:
         return "no frames recorded"
-    user = next((f for f in frames if not _is_library(f.get("filename", ""))), None)
-    inner = frames[0]
+    user = next((f for f in frames if not _is_library(f.get("filename", ""), f.get("name", ""))),
+                None)
+    inner = next((f for f in frames if not is_interpreter_frame(f)), frames[0])
     if user is None:
         return _frame_text(inner)
     if user is inner:
@@ -71,6 +75,11 @@ class Site:
     @property
     def where(self) -> str:
         return where(self.frames)
+
+    @property
+    def freed_by_where(self) -> str | None:
+        """Where the first free was made, or None when no free was recorded with frames."""
+        return where(self.freed_by) if self.freed_by else None
 
     def describe(self) -> str:
         # capture infers "temporary"/"input" from phases: only the categories it knows are shown
@@ -185,10 +194,20 @@ def _signed(n: int) -> str:
 class GrowthReport:
     """The iterations of a recording, each with its cause; ``print`` it, or show it in a cell."""
 
-    def __init__(self, iterations, result=None, notes=()):
+    def __init__(self, iterations, result=None, notes=(), found=None):
         self.iterations = list(iterations)
         self.result = result          # the ReplayResult the figures come from
         self.notes = list(notes)
+        self.found = found or {}      # how the iterations were found (growth._spans_found)
+
+    def as_dict(self) -> dict:
+        """The JSON form (``schema_version`` 1, docs/GROWTH.md "JSON schema")."""
+        from .growth_json import as_dict
+        return as_dict(self)
+
+    def json(self) -> str:
+        from .growth_json import to_json
+        return to_json(self)
 
     @property
     def causes(self) -> list:
@@ -212,6 +231,8 @@ class GrowthReport:
         widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(_COLS)]
         line = lambda r: "  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip()  # noqa: E731
         out = [line(_COLS)] + [line(r) for r in rows]
+        if self.found.get("method") == "auto":
+            out.insert(0, f"iterations: {self.found['explanation']}")
         if evidence:
             for it in self.iterations:
                 if it.cause != "steady":

@@ -11,20 +11,33 @@ in code), so each comes with one just under 1.0; ``roundup_power2_divisions`` 4 
 combinations of the best single settings. The smallest card is a binary search on the capacity
 under the recorded settings, to 2 MiB (c10 ``kRoundLarge``); it assumes that a run which fits a
 card fits every bigger one, and the answer is verified by its own replay.
+
+The replays are independent, so with several cores they run in worker processes (``fork``:
+each worker inherits the recording instead of receiving a copy; one process off Linux or with
+``workers=1``), in the same order and with the same results as one process;
+the smallest-card bisection, sequential in itself, runs in one worker beside the candidates.
+Both searches stop at a time budget (``budget_s``, shared): candidates not replayed by then are
+marked ``skipped``, and the smallest card keeps the best card verified so far.
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
+import sys
+import time
 from dataclasses import dataclass
 
 from gpumemlab.allocator.config import AllocatorConfig
 from gpumemlab.recordings.replay import replay
 from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
 
-__all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card"]
+__all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card",
+           "DEFAULT_BUDGET_S", "workers_available"]
 
 MiB = 1 << 20
 _STEP = 2 * MiB
 FRACTION = 0.99   # the memory fraction that switches garbage collection on, giving up 1% of the card
+DEFAULT_BUDGET_S = 120.0   # the settings search and the smallest-card search together
 
 
 @dataclass
@@ -40,6 +53,7 @@ class Candidate:
     first_failing_entry: int | None = None
     shortfall_bytes: int | None = None
     error: str | None = None
+    skipped: bool = False     # not replayed: the search's time budget ran out first
 
 
 def _join(recorded: str, extra: str) -> str:
@@ -113,31 +127,120 @@ def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device:
     return c
 
 
+def workers_available(workers=None) -> int:
+    """How many processes the search uses: ``workers``, else one per core; 1 off Linux (no
+    safe fork), and 1 inside a daemon process (a pool's worker may not start processes of its own)."""
+    if not sys.platform.startswith("linux") or multiprocessing.current_process().daemon:
+        return 1          # fork is safe on Linux only (macOS frameworks break in a forked child)
+    n = len(os.sched_getaffinity(0)) if workers is None else int(workers)   # cores we may use
+    return max(1, n)
+
+
+_JOB = {}   # what forked workers inherit: the recording and the fixed replay arguments
+
+
+def _replay_one(c: Candidate) -> Candidate:
+    return run_candidate(_JOB["snap"], c, *_JOB["args"])
+
+
+def _card_one(conf, device, stop_at, deadline):
+    return smallest_card(_JOB["snap"], conf, device, stop_at=stop_at, deadline=deadline)
+
+
+def _collect(cands, jobs, deadline):
+    """The finished candidates of ``jobs`` (one per candidate) by ``deadline``; the rest
+    are marked skipped."""
+    out = []
+    for c, job in zip(cands, jobs):
+        left = deadline - time.monotonic()
+        if left > 0:
+            job.wait(None if left == float("inf") else left)
+        if job.ready():
+            out.append(job.get())
+        else:
+            c.skipped = True
+            out.append(c)
+    return out
+
+
+def _run_serial(cands, snap, args, deadline):
+    out = []
+    for c in cands:
+        if time.monotonic() >= deadline:
+            c.skipped = True
+            out.append(c)
+        else:
+            out.append(run_candidate(snap, c, *args))
+    return out
+
+
 def search_settings(snap, recorded_conf: str, capacity: int, device: int, max_request: int,
-                    expandable_on: bool, stop_at=None) -> list:
-    """Every candidate replayed; singles first, then combinations."""
-    singles = [run_candidate(snap, c, recorded_conf, capacity, device, stop_at)
-               for c in candidates(recorded_conf, max_request, expandable_on=expandable_on)]
-    combos = [run_candidate(snap, c, recorded_conf, capacity, device, stop_at)
-              for c in combinations(singles, expandable_on)]
-    return singles + combos
+                    expandable_on: bool, stop_at=None, *, workers=None,
+                    deadline: float | None = None, card_conf: str | None = None):
+    """Every candidate replayed (``workers`` processes; until ``deadline``, a
+    ``time.monotonic()`` value); singles first, then combinations. With ``card_conf`` (the
+    recorded settings) it returns ``(candidates, smallest_card(...))``, the smallest-card
+    search running in a worker of its own beside the candidates."""
+    workers = workers_available(workers)
+    deadline = float("inf") if deadline is None else deadline
+    args = (recorded_conf, capacity, device, stop_at)
+    singles = candidates(recorded_conf, max_request, expandable_on=expandable_on)
+    if workers <= 1:
+        singles = _run_serial(singles, snap, args, deadline)
+        combos = _run_serial(combinations([c for c in singles if not c.skipped], expandable_on),
+                             snap, args, deadline)
+        if card_conf is None:
+            return singles + combos
+        return singles + combos, smallest_card(snap, card_conf, device, stop_at=stop_at,
+                                               deadline=deadline)
+    _JOB.update(snap=snap, args=args)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(min(workers, len(singles) + 1))
+    except OSError:            # no processes to be had (a sandbox's limit): one process
+        _JOB.clear()
+        return search_settings(snap, recorded_conf, capacity, device, max_request,
+                               expandable_on, stop_at, workers=1, deadline=deadline,
+                               card_conf=card_conf)
+    try:
+        card_job = None if card_conf is None else pool.apply_async(
+            _card_one, (card_conf, device, stop_at, deadline))
+        singles = _collect(singles, [pool.apply_async(_replay_one, (c,)) for c in singles],
+                           deadline)
+        combos = combinations([c for c in singles if not c.skipped], expandable_on)
+        combos = _collect(combos, [pool.apply_async(_replay_one, (c,)) for c in combos],
+                          deadline)
+        if card_job is None:
+            return singles + combos
+        return singles + combos, card_job.get()      # it stops at the deadline by itself
+    finally:
+        pool.terminate()      # stops replays still running after the budget
+        pool.join()
+        _JOB.clear()
 
 
-def smallest_card(snap, conf: str, device: int, *, stop_at=None) -> dict:
+def smallest_card(snap, conf: str, device: int, *, stop_at=None,
+                  deadline: float | None = None) -> dict:
     """The least capacity (to 2 MiB) on which ``snap`` replays under ``conf`` without an OOM.
 
-    Returns ``{"bytes", "peak_reserved_bytes", "replays"}``; ``bytes`` is None when even an
-    unlimited card runs out (a request beyond the model's address space).
+    Returns ``{"bytes", "peak_reserved_bytes", "replays", "stopped_at_budget"}``; ``bytes`` is
+    None when even an unlimited card runs out (a request beyond the model's address space).
+    Past ``deadline`` (``time.monotonic()``) the bisection stops: ``bytes`` is then the
+    smallest card verified so far, which fits but may not be the least.
     """
+    deadline = float("inf") if deadline is None else deadline
     top = replay(snap, alloc_conf=conf, total_memory=UNLIMITED_BYTES, device=device,
                  stop_at=stop_at)
     replays = 1
     if top.oom is not None:
-        return {"bytes": None, "peak_reserved_bytes": None, "replays": replays}
+        return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,
+                "stopped_at_budget": False}
     hi = -(-top.peak_reserved // _STEP) * _STEP          # fits: the unlimited run never needed more
     lo = max(top.peak_allocated // _STEP * _STEP - _STEP, 0)   # cannot fit: below what was live
-    best_peak, verified = top.peak_reserved, False
+    best_peak, verified, stopped = top.peak_reserved, False, False
     while hi - lo > _STEP:
+        if time.monotonic() >= deadline:
+            stopped = True
+            break
         mid = (lo + hi) // 2 // _STEP * _STEP
         r = replay(snap, alloc_conf=conf, total_memory=mid, device=device, stop_at=stop_at)
         replays += 1
@@ -149,6 +252,8 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None) -> dict:
         r = replay(snap, alloc_conf=conf, total_memory=hi, device=device, stop_at=stop_at)
         replays += 1
         if r.oom is not None:        # not monotone after all: say so rather than guess
-            return {"bytes": None, "peak_reserved_bytes": None, "replays": replays}
+            return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,
+                    "stopped_at_budget": stopped}
         best_peak = r.peak_reserved
-    return {"bytes": hi, "peak_reserved_bytes": best_peak, "replays": replays}
+    return {"bytes": hi, "peak_reserved_bytes": best_peak, "replays": replays,
+            "stopped_at_budget": stopped}

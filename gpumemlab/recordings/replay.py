@@ -41,6 +41,7 @@ from .replay_result import ReplayError, ReplayResult, ReplayWarning, Timeline
 from .replay_setup import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
 from .replay_setup import capacity as capacity_of
 from .replay_start import build_start_state, scan_start_state, start_reserved_bytes
+from .replay_trim import trim_start
 from .source import read_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
@@ -119,24 +120,23 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     start = scan_start_state(segments, trace, alloc.config)
     notes = list(start.notes)
     router = PoolRouter(alloc)   # private pools stay apart (segment_pool_id, trace pool_id)
-    start_oom, needed = None, start_reserved_bytes(start)
+    start_oom, needed, start_trim = None, start_reserved_bytes(start), None
     if faithful and needed > alloc.driver.mem_get_info()[0]:
-        # a card smaller than what was reserved when recording began: an OOM before entry 0
-        free = alloc.driver.mem_get_info()[0]
-        live, start_problems = {}, []
-        start_oom = {"index": 0, "entry": None, "size": needed, "during": "start state",
-                     "shortfall_bytes": needed - free,
-                     "message": f"out of memory before the first entry: the recording began "
-                                f"with {needed} bytes reserved, the card has {free} bytes free"}
+        # a card smaller than what was reserved when recording began: c10 would have released
+        # the cache before failing (replay_trim.py)
+        live, start_problems, start_oom, faithful, start_trim = trim_start(
+            alloc, start, translate, router, needed, _start_whatif)
+        if not faithful:
+            translate, shift = (lambda a: a), 0    # model addresses from here on
     elif faithful:
         live, start_problems = build_start_state(alloc, start, translate, router)
-        if start_problems:     # never a silent wrong answer: the result and a warning say so
-            warnings.warn(f"{name}: the recording's start state could not be rebuilt exactly "
-                          f"({len(start_problems)} problems, first: {start_problems[0]}); "
-                          f"addresses after it may differ", ReplayWarning, stacklevel=2)
     else:
         live, start_oom = _start_whatif(alloc, start, router)
         start_problems = []
+    if faithful and start_problems:     # never a silent wrong answer: the result and a warning say so
+        warnings.warn(f"{name}: the recording's start state could not be rebuilt exactly "
+                      f"({len(start_problems)} problems, first: {start_problems[0]}); "
+                      f"addresses after it may differ", ReplayWarning, stacklevel=2)
     if gpu is None:   # the rebuild is not part of the recording; a learner's gpu is left alone
         alloc.reset_peak_stats()
         alloc.reset_accumulated_stats()
@@ -167,7 +167,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         segment_mismatches=None if is_capture else run["segment_mismatches"],
         oom_mismatches=None if is_capture else run["oom_mismatches"], device=device,
         entries=len(trace), replayed=run["replayed"], start_problems=start_problems,
-        notes=notes, elapsed_s=elapsed, address_shift=shift)
+        notes=notes, elapsed_s=elapsed, address_shift=shift, start_trim=start_trim)
 
 
 def _start_whatif(alloc, start, router):

@@ -5,11 +5,13 @@ of a recording made with ``context="all"`` and C++ stacks begins with PyTorch's 
 the recorder (``memory_snapshot.cpp``, ``gather_with_cpp()``, ``CapturedTraceback``), the caching
 allocator, ATen/c10 operators and the Python frames of ``torch/`` itself. ``culprit_frame`` skips
 all of those to the first frame of the user's code; a PyTorch Python frame comes next, and a C++
-frame only when nothing else was recorded.
+frame only when nothing else was recorded. The interpreter's own frames (CPython's ``.c`` files
+such as ``Python/ceval.c``, ``<frozen importlib._bootstrap>``, ``??`` for a symbol the unwinder
+could not name, and ``_PyEval_*``/``PyObject_*`` functions) are never the culprit.
 """
 from __future__ import annotations
 
-__all__ = ["culprit_frame", "frame_text", "is_pytorch_frame"]
+__all__ = ["culprit_frame", "frame_text", "is_pytorch_frame", "is_interpreter_frame"]
 
 _CPP_SUFFIXES = (".cpp", ".cc", ".cu", ".h", ".hpp", ".cuh")
 _RECORDER = ("memory_snapshot", "CUDACachingAllocator", "gather_with_cpp", "CapturedTraceback",
@@ -20,6 +22,20 @@ def _parts(frame):
     if not isinstance(frame, dict):
         return "", ""
     return str(frame.get("filename") or ""), str(frame.get("name") or "")
+
+
+_INTERPRETER_NAMES = ("_Py", "Py", "cfunction_", "method_vectorcall", "slot_tp_", "vectorcall",
+                      "builtin_", "call_function", "function_code_fastcall")
+
+
+def is_interpreter_frame(frame) -> bool:
+    """A frame of the Python interpreter itself (CPython's C files, frozen modules, unnamed)."""
+    filename, name = _parts(frame)
+    if filename in ("", "??") and name in ("", "??"):
+        return True
+    if filename.endswith(".c") or filename.startswith("<frozen"):
+        return True
+    return not filename.endswith(".py") and name.startswith(_INTERPRETER_NAMES)
 
 
 def is_cpp_frame(frame) -> bool:
@@ -43,7 +59,7 @@ def culprit_frame(frames):
     """The frame that best names the allocating code: the innermost user frame, else the
     innermost PyTorch Python frame, else the innermost C++ frame outside the recorder, else
     None."""
-    frames = [f for f in (frames or ()) if isinstance(f, dict)]
+    frames = [f for f in (frames or ()) if isinstance(f, dict) and not is_interpreter_frame(f)]
     for f in frames:
         if not is_pytorch_frame(f):
             return f
