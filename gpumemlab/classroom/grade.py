@@ -35,7 +35,7 @@ from .intake import copy_submission, display_id, find_notebook, find_submissions
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
-RESULT_LIMIT_BYTES = 32 << 20
+RESULT_LIMIT_BYTES = 4 << 20     # the executor's result file: verdicts, outputs and answers
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
@@ -72,8 +72,11 @@ class GradingRun:
     sandbox: bool
     deny_roots: list
     limits: dict
+    judges: object = None            # judging.JudgePool: answers judged in limited children
 
     def close(self):
+        if self.judges is not None:
+            self.judges.close()
         shutil.rmtree(self.kit, ignore_errors=True)
 
 
@@ -99,7 +102,10 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     limits = dict(LIMITS, **(limits or {}))
     if not sandbox:   # the process limit would count every process of the grader's user
         limits["processes"] = 0
-    return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits)
+    from .judging import JudgePool
+
+    return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
+                      JudgePool())
 
 
 def read_notebook(path):
@@ -117,13 +123,11 @@ def _kill_group(pid) -> None:
         pass
 
 
-def _scrub(text, paths) -> str:
-    """Text for a student: the grader's own paths replaced by what they stand for."""
-    text = str(text)
-    for path, name in paths:
-        if path:
-            text = text.replace(str(path), name)
-    return text
+def _scrub(text, paths, limit=500) -> str:
+    """Text for a student: the grader's own paths replaced, cleaned, capped (``scrub``)."""
+    from .scrub import scrub
+
+    return scrub(text, paths, limit)
 
 
 def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
@@ -134,8 +138,9 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
-    paths = [(home, "<your folder>"), (base, "<grader>"), (folder, "<your folder>")] + \
-        [(d, "<teacher>") for d in run.deny_roots]
+    from .scrub import grader_paths
+
+    paths = grader_paths(run.kit, run.deny_roots, base, home, folder)
     rng = random.Random(secrets.randbits(64))
     from .judge import plan
 
@@ -182,7 +187,10 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
                             symlinks=True)
         shutil.rmtree(base, ignore_errors=True)
     rows = _judge_rows(run, state, requests, student_id, paths)
-    for ev in state.get("events", []) if isinstance(state.get("events"), list) else []:
+    from .runner import MAX_RESTARTS
+
+    events = state.get("events") if isinstance(state.get("events"), list) else []
+    for ev in events[:MAX_RESTARTS + 2]:   # the executor records at most that many
         if isinstance(ev, dict) and ev.get("event") in ("timeout", "kernel died"):
             gid = ev.get("grade_id") if isinstance(ev.get("grade_id"), str) else ""
             role = ev.get("role") if ev.get("role") in ("answer", "test", "source", "student",
@@ -200,22 +208,22 @@ def _read_student(home, folder, notebook, notes, paths):
     if notebook is None:
         notes.append("no notebook found in the submission")
         return None
+    from .submission import SubmissionError, read_submission
+
     copy = home / Path(notebook).relative_to(folder)
     try:
-        if copy.is_symlink() or not copy.is_file():
-            raise ValueError("it is not a regular file")
-        if copy.stat().st_size > 64 << 20:
-            raise ValueError("it is larger than 64 MiB")
-        return read_notebook(copy)
-    except Exception as exc:   # any unreadable file: grade as empty, say why
+        return read_submission(copy)
+    except SubmissionError as exc:   # grade as empty, say why
+        notes.append(_scrub(f"could not read the notebook: {exc}", paths))
+    except Exception as exc:   # a grader bug: the same, and the class goes on
         notes.append(_scrub(f"could not read the notebook: {type(exc).__name__}: {exc}",
-                            paths)[:500])
-        return None
+                            paths))
+    return None
 
 
-def _decode(text):
+def _decode(text, limit=RESULT_LIMIT_BYTES):
     """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
-    if not isinstance(text, str) or len(text) > RESULT_LIMIT_BYTES:
+    if not isinstance(text, str) or len(text) > limit:
         return None
 
     def refuse(name):
@@ -227,8 +235,7 @@ def _decode(text):
 
 
 def _judge_rows(run, state, requests, student_id, paths) -> list:
-    from .judge import verdict
-    from .runner import OUTPUT_LIMIT
+    from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
     rows = []
@@ -243,21 +250,19 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
         else:
             output = ""
         if passed and judges:
-            replies = _decode(got.get("answers"))
+            replies = _decode(got.get("answers"), ANSWERS_LIMIT)
+            if isinstance(replies, dict):   # the executor found the answers too large
+                replies = [{"ok": False, "error": f"the answers are larger than "
+                                                  f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                try:
-                    ok, message = verdict(request, reply, student_id)
-                except Exception as exc:   # a judge bug: this test fails, the teacher is told
-                    print(f"gpumemlab grade: judging {gid} for {display_id(student_id)} "
-                          f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    ok, message = False, "the grader could not judge this answer"
+                ok, message = run.judges.judge(request, reply, student_id)
                 if not ok:
                     passed, output = False, message
                     break
         rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
                      "status": "passed" if passed else "failed",
-                     "output": _scrub(output, paths), "inside_only": not judges})
+                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges})
     return rows
 
 
