@@ -39,8 +39,8 @@ RESULT_LIMIT_BYTES = 4 << 20     # the executor's result file: verdicts, outputs
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
-LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 64 << 20,
-          "open_files": 1024}
+LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
+          "open_files": 256}
 
 
 class _NothingToRun(Exception):
@@ -268,12 +268,16 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
 
 def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
     inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
-    cleanup, fds = (lambda: None), ()
+    cleanup, fds, group = (lambda: None), (), None
     if run.sandbox:
         bound = isolation.python_roots() + ["/usr", "/etc"]
         masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
-        argv, fds, cleanup = isolation.sandboxed_command(home, io, run.kit, inner, masks=masks)
+        argv, fds, cleanup = isolation.sandboxed_command(
+            home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
         env = dict(os.environ)
+        group = _cgroup(run)
+        if group is not None:
+            argv = group.wrap(argv)
     else:
         argv = inner
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
@@ -296,9 +300,24 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
                         else None)
         proc.wait()
         log.close()
+        if group is not None:
+            group.close()
     if not state.get("finished") and not any("limit" in n for n in notes):
         notes.append("the grader could not finish this notebook; see the test outputs")
     return state
+
+def _cgroup(run):
+    """A cgroup v2 of its own for one sandbox where this machine delegates one (``confine``)."""
+    from .confine import CgroupV2, delegated_parent
+
+    parent = delegated_parent()
+    if parent is None:
+        return None
+    try:
+        return CgroupV2(parent, run.limits["memory_bytes"], run.limits["processes"])
+    except OSError:
+        return None
+
 
 def _read_state(path: Path) -> dict:
     """The executor's result file, which the sandbox could have replaced by anything: a
