@@ -162,10 +162,11 @@ class JudgePool:
         """-> (passed, one-line message); never raises for what the answer holds."""
         item = {"request": request, "reply": reply, "seed": seed}
         try:
+            size = len(json.dumps(reply))
             line = json.dumps({"item": item, "limits": self.limits})
         except (ValueError, TypeError, RecursionError):
             return False, f"{request['question']}: the answer cannot be read back as data"
-        if len(line) > ANSWER_LIMIT + 4096:
+        if size > ANSWER_LIMIT:
             return False, (f"{request['question']}: the answer is larger than "
                            f"{ANSWER_LIMIT >> 10} KiB, more than any question needs")
         with self._lock:
