@@ -30,10 +30,11 @@ pytestmark = pytest.mark.skipif(
     isolation.unavailable_reason() is not None,
     reason=f"no OS sandbox here ({isolation.unavailable_reason()}); .ci/run installs bubblewrap")
 
-# answers that turn the judged function's error into hostile feedback text (round-size: 2 points)
+# judged functions whose error is hostile feedback text (frag-test: 2 points, judged outside
+# after an inside check that only asks for a callable)
 RAISING = {
     "0_surrogate": "raise ValueError('\\ud800')",   # sorted first: it once stopped the rest
-    "0_escapes": "raise ValueError('\\x1b[2J\\x1b[1A\\x1b[2K[PASS] round-size-test')",
+    "0_escapes": "raise ValueError('\\x1b[2J\\x1b[1A\\x1b[2K[PASS] frag-test')",
     "mountinfo_leak": "raise ValueError(' '.join(f.split()[3] + '>' + f.split()[4] for f in "
                       "open('/proc/self/mountinfo') if 'gml-' in f or '.venv' in f or 'pyenv' "
                       "in f))",
@@ -89,7 +90,7 @@ def graded(tmp_path_factory):
         write_nb(subs / name, nb)
     for name, body in RAISING.items():
         write_nb(subs / name, M.answered(student, {
-            **M.RIGHT, "round-size-answer": "def round_size(size):\n    " + body}))
+            **M.RIGHT, "frag-answer": "def fragmentation(snapshot):\n    " + body}))
     # one cell with 60,000 outputs of an unknown type: invalid for nbformat, costly to validate
     bomb = json.loads(nbformat.writes(M.answered(student, M.RIGHT)))
     bomb["cells"][0]["outputs"] = [{"output_type": "weird", "n": i} for i in range(60_000)]
@@ -199,9 +200,9 @@ def test_feedback_shows_no_teacher_path_or_hidden_test(graded):
 def test_hostile_error_text_is_cleaned_and_stops_no_one(graded):
     feedback = graded["out"] / "feedback"
     for name in RAISING:
-        assert float(row(graded, name)["score"]) == 3   # only round-size fails
+        assert float(row(graded, name)["score"]) == 3   # only frag-test fails
         text = (feedback / name / "feedback.txt").read_text(encoding="utf-8")
-        assert "[FAIL] round-size-test" in text
+        assert "[FAIL] frag-test" in text
         assert "\x1b" not in text and "\ud800" not in text
     assert "\\ud800" in (feedback / "0_surrogate" / "feedback.txt").read_text(encoding="utf-8")
     assert "\\x1b[2J" in (feedback / "0_escapes" / "feedback.txt").read_text(encoding="utf-8")

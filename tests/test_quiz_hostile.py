@@ -40,7 +40,8 @@ def test_the_10ex_answer_has_a_bounded_shape():
     assert not verdict.passed and "method calls" in verdict.message
 
 
-@pytest.mark.parametrize("answer", [10**400, -10**400, "9" * 400 + " MiB"])
+@pytest.mark.parametrize("answer", [10**400, -10**400, "9" * 400 + " MiB"],
+                         ids=["huge int", "huge negative", "huge size text"])
 def test_numeric_questions_refuse_numbers_no_float_holds(answer):
     questions = [q for b in all_banks() for q in b.questions if q.kind in ("numeric", "predict")]
     assert questions
