@@ -35,7 +35,7 @@ from .intake import copy_submission, display_id, find_notebook, find_submissions
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
-RESULT_LIMIT_BYTES = 4 << 20     # the executor's result file: verdicts, outputs and answers
+RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"

@@ -13,6 +13,7 @@ writes (``\\040`` for a space), becomes what it stands for (``<kit>``, ``<python
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from gpumemlab.cleantext import clean_text
@@ -33,7 +34,9 @@ def grader_paths(kit, deny_roots, base=None, home=None, folder=None) -> list:
     pairs = [(home, "<your folder>"), (folder, "<your folder>"), (base, "<grader>"),
              (kit, "<kit>")]
     pairs += [(d, "<teacher>") for d in deny_roots]
-    pairs += [(r, "<python>") for r in isolation.python_roots()]
+    # as resolved, and as written (a venv reached through a link shows its own path in tracebacks)
+    pythons = set(isolation.python_roots()) | {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    pairs += [(r, "<python>") for r in pythons if r != "/usr" and not r.startswith("/usr/")]
     package = Path(__file__).resolve().parent.parent   # a source checkout, not installed
     pairs.append((str(package.parent), "<gpumemlab>"))
     out = []
