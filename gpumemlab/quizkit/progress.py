@@ -6,7 +6,8 @@ The file is ``$GPUMEMLAB_PROGRESS`` if set, else ``~/.gpumemlab/progress.json``.
 atomically (temp file + rename), and a damaged file is set aside as ``progress.json.bad`` instead of
 stopping the quiz; so is a copy of a file with entries of the wrong types (``_well_formed``), whose
 well-formed entries are kept and the others dropped, with one line saying so. The learner seed
-picks the predict-the-allocator variants; ``$GPUMEMLAB_QUIZ_SEED`` overrides it (the classroom grader and the notebook tests use that).
+picks the predict-the-allocator variants; ``$GPUMEMLAB_QUIZ_SEED`` overrides it (the classroom
+grader and the notebook tests use that).
 """
 from __future__ import annotations
 
