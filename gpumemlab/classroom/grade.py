@@ -334,6 +334,13 @@ def _read_state(path: Path) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def _shown(student_id) -> str:
+    """A student id (a folder name: any bytes) safe to print on the teacher's terminal."""
+    from gpumemlab.cleantext import clean_text
+
+    return clean_text(display_id(student_id), limit=120, keep_newlines=False)
+
+
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
               progress=sys.stderr, keep=None, sandbox=True, limits=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id."""
@@ -354,14 +361,17 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                 try:
                     res = fut.result()
                 except Exception as exc:  # a grader bug must not lose the other students
-                    print(f"gpumemlab grade: grading {display_id(sid)} failed: "
-                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
+                    from gpumemlab.cleantext import clean_text
+
+                    print(f"gpumemlab grade: grading {_shown(sid)} failed: "
+                          f"{clean_text(f'{type(exc).__name__}: {exc}', limit=500)}",
+                          file=sys.stderr)
                     res = StudentResult(sid, [], 0.0, max_score, 0.0, isolated=sandbox,
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
                 results.append(res)
                 if progress is not None:
-                    print(f"[{done}/{n}] {display_id(sid)}: {res.score:g}/{res.max_score:g} "
+                    print(f"[{done}/{n}] {_shown(sid)}: {res.score:g}/{res.max_score:g} "
                           f"in {res.seconds:.1f} s", file=progress, flush=True)
     finally:
         run.close()
