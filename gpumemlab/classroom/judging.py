@@ -71,9 +71,11 @@ def _judge_in_child(item: dict, limits: dict, wfd: int) -> None:
                                            f"{limits['memory_bytes'] >> 20} MiB (the limit per "
                                            f"answer)"}
         except RecursionError:
-            out = {"ok": False, "message": "the answer is nested too deeply to judge"}
+            out = {"ok": False, "message": f"{item['request']['question']}: the answer is "
+                                           f"nested too deeply to judge"}
         except Exception as exc:   # a judge's bug: this test fails, the teacher's log says why
-            print(f"gpumemlab grade: judging {item['request'].get('question')} failed: "
+            print(f"gpumemlab grade: judging {item['request'].get('question')} for "
+                  f"{_one_line(item['seed'], 120)} failed: "
                   f"{_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr, flush=True)
             out = {"ok": False, "message": GRADER_ERROR}
         data = json.dumps(out).encode()[:VERDICT_LIMIT]
