@@ -349,6 +349,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
+    run.judges.prestart(min(max(1, workers), len(subs)))
     results, n = [], len(subs)
     max_score = sum(p for _, p in tests_of(source_nb))
     try:

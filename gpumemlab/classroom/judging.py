@@ -154,6 +154,13 @@ class JudgePool:
         self.env = env
         self._free, self._all, self._lock = [], [], threading.Lock()
 
+    def prestart(self, n: int) -> None:
+        """Start ``n`` workers now, so their imports overlap the first notebooks' runs."""
+        procs = [self._start() for _ in range(max(0, n))]
+        with self._lock:
+            self._all += procs
+            self._free += procs
+
     def _start(self):
         env = dict(os.environ if self.env is None else self.env)
         return subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.judging"],
