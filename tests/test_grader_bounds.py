@@ -166,3 +166,29 @@ def test_tmpfs_mounts_are_sized_from_the_memory_limit():
 def test_no_cgroup_v2_is_used_where_the_machine_has_none(tmp_path):
     assert confine.delegated_parent(tmp_path) is None
     assert confine.plan(tmp_path) == "seccomp"
+
+
+def test_a_delegated_cgroup_v2_gets_a_child_per_sandbox(tmp_path):
+    """On a stand-in cgroup2 tree (plain files): the limits are written, the sandbox's shell
+    joins the cgroup before it becomes the command, and the folder goes at the end."""
+    import subprocess
+    from pathlib import Path
+
+    own = next((line[3:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                if line.startswith("0::")), None)
+    if own is None:
+        pytest.skip("this process has no cgroup v2 line")
+    parent = tmp_path / own.lstrip("/")
+    parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "cgroup.controllers").write_text("cpu memory pids\n")
+    (parent / "cgroup.subtree_control").write_text("memory pids\n")
+    assert confine.delegated_parent(tmp_path) == parent and confine.plan(tmp_path) == "cgroup v2"
+    group = confine.CgroupV2(parent, 1 << 30, 256)
+    assert (group.path / "memory.max").read_text() == str(1 << 30)
+    assert (group.path / "pids.max").read_text() == "256"
+    out = subprocess.run(group.wrap(["sh", "-c", "echo $$"]), capture_output=True, text=True)
+    assert out.stdout.strip() == (group.path / "cgroup.procs").read_text().strip()
+    for f in group.path.iterdir():   # a real cgroup's files vanish with it
+        f.unlink()
+    group.close()
+    assert not group.path.exists()
