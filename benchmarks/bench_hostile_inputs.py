@@ -7,6 +7,13 @@ a 24-byte pickle with a memo index of 2**27 and 2**28 (the C unpickler alone tak
 4.2 GB), the same index after 9 MiB of padding (read by the C unpickler under RLIMIT_AS), and
 ``certificate verify``-style extraction from 1 and 4 MiB pages of repeated unclosed
 ``<script id="gml-certificate">`` tags (the old regex: 98 s and over 120 s).
+
+The grader's inputs (``grader_bounds``), each with its bound asserted: the 10.ex answer
+``out`` + ``.clone()`` * 200,000 (1.6 MB; judged in the grader's process it took 114 s and
+1.7 GB, and passed), judged directly and through the judging workers; an answer that runs past
+the per-answer wall limit; a notebook cell with 60,000 outputs of an unknown type (nbformat's
+validation: about 30 s and 2.3 GB per MiB) and the largest notebooks the caps let through; and,
+where bubblewrap runs, a sandbox holding 1,152 MiB in a memfd under a 1 GiB limit.
 """
 import resource
 import sys
@@ -22,15 +29,17 @@ def peak_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(label, fn):
+def measure(label, fn, max_s=None, max_mib=None):
     before, t = peak_mib(), time.perf_counter()
     try:
-        fn()
-        outcome = "accepted"
+        got = fn()
+        outcome = "accepted" if got is None else str(got)[:70]
     except Exception as exc:  # the point is the message, not a traceback
         outcome = f"{type(exc).__name__}: {str(exc)[:70]}"
-    print(f"{label:<44} {time.perf_counter() - t:8.3f} s  peak +{peak_mib() - before:7.1f} MiB"
-          f"  {outcome}")
+    seconds, grown = time.perf_counter() - t, peak_mib() - before
+    print(f"{label:<44} {seconds:8.3f} s  peak +{grown:7.1f} MiB  {outcome}")
+    assert max_s is None or seconds <= max_s, f"{label}: {seconds:.1f} s, bound {max_s} s"
+    assert max_mib is None or grown <= max_mib, f"{label}: +{grown:.0f} MiB, bound {max_mib}"
 
 
 def main():
@@ -52,6 +61,80 @@ def main():
             page.write_text(unit * ((mib << 20) // len(unit) - 1))
             measure(f"certificate page, {mib} MiB of unclosed tags",
                     lambda p=page: load_certificate(p))
+    grader_bounds()
+
+
+def grader_bounds():
+    import json
+
+    from gpumemlab.classroom.judging import LIMITS, JudgePool
+    from gpumemlab.classroom.submission import SIZE_LIMIT, parse_submission
+    from gpumemlab.quizkit.lesson_exercises import judge
+
+    attack = "out" + ".clone()" * 200_000 + ".argmax(1).tolist()"
+    measure("10.ex attack, judged directly", lambda: judge("10.ex", attack).message,
+            max_s=1, max_mib=16)
+    request = {"question": "10.ex", "name": "keep", "probes": None, "kind": "exercise",
+               "call_if_callable": True}
+    pool, slow = JudgePool(), JudgePool({"wall_s": 2})
+    try:
+        measure("judging worker start + a right 10.ex answer",
+                lambda: pool.judge(request, {"ok": True, "value": "out.argmax(1).tolist()"}, "s"),
+                max_s=LIMITS["wall_s"] + 20, max_mib=16)
+        measure("10.ex attack, through the judging worker",
+                lambda: pool.judge(request, {"ok": True, "value": attack}, "s"), max_s=1,
+                max_mib=16)
+        slow.judge(request, {"ok": True, "value": "out"}, "s")   # started and warm
+        measure("an answer past a 2 s wall limit (10.ex)",
+                lambda: slow.judge(request, {"ok": True, "value": "out.argmax(1).tolist()"},
+                                   "s"), max_s=4, max_mib=16)
+    finally:
+        pool.close()
+        slow.close()
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    print(f"{'  largest judging process (worker or child)':<44} {children:8.0f} MiB peak")
+    assert children <= (LIMITS["memory_bytes"] >> 20) + 1024
+    import nbformat  # noqa: F401  (imported once per grading run, not per notebook)
+
+    cell = {"cell_type": "code", "source": "x = 1", "metadata": {}, "execution_count": None,
+            "outputs": [{"output_type": "weird", "n": i} for i in range(60_000)]}
+    bomb = json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4}).encode()
+    measure(f"notebook, one cell, 60,000 unknown outputs ({len(bomb) >> 10} KiB)",
+            lambda: f"{len(parse_submission(bomb).cells)} cell read", max_s=5, max_mib=200)
+    ints = b'{"cells": [], "pad": [' + b"1," * ((SIZE_LIMIT - 64) // 2) + b'1]}'
+    measure(f"notebook, {len(ints) >> 20} MiB of numbers (the size cap)",
+            lambda: f"{len(parse_submission(ints).cells)} cells", max_s=10, max_mib=400)
+    text = json.dumps({"cells": [{"cell_type": "code", "source": "x" * (1 << 20)}] * 15})
+    measure(f"notebook, {len(text) >> 20} MiB of cell sources",
+            lambda: f"{len(parse_submission(text.encode()).cells)} cells", max_s=5, max_mib=400)
+    sandbox_memfd()
+
+
+def sandbox_memfd():
+    import os
+    import subprocess
+
+    from gpumemlab.classroom import isolation
+
+    if isolation.unavailable_reason():
+        print(f"sandbox memfd: skipped ({isolation.unavailable_reason()})")
+        return
+    code = ("import os\ntry:\n    fd = os.memfd_create('hold')\n    for _ in range(1152):\n"
+            "        os.write(fd, b'x' * (1 << 20))\n    print('held 1152 MiB')\n"
+            "except OSError as exc:\n    print('refused:', exc.strerror)\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = [Path(tmp) / n for n in ("home", "io", "kit")]
+        for d in dirs:
+            d.mkdir()
+            os.chmod(d, 0o755)
+        argv, fds, cleanup = isolation.sandboxed_command(*dirs, [sys.executable, "-c", code],
+                                                         memory_bytes=1 << 30)
+        try:
+            measure("sandbox: memfd of 1,152 MiB under 1 GiB",
+                    lambda: subprocess.run(argv, pass_fds=fds, capture_output=True, text=True,
+                                           timeout=120).stdout.strip(), max_s=30)
+        finally:
+            cleanup()
 
 
 if __name__ == "__main__":

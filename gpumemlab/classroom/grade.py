@@ -35,12 +35,12 @@ from .intake import copy_submission, display_id, find_notebook, find_submissions
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
-RESULT_LIMIT_BYTES = 32 << 20
+RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
-LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 64 << 20,
-          "open_files": 1024}
+LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
+          "open_files": 256}
 
 
 class _NothingToRun(Exception):
@@ -72,8 +72,11 @@ class GradingRun:
     sandbox: bool
     deny_roots: list
     limits: dict
+    judges: object = None            # judging.JudgePool: answers judged in limited children
 
     def close(self):
+        if self.judges is not None:
+            self.judges.close()
         shutil.rmtree(self.kit, ignore_errors=True)
 
 
@@ -99,7 +102,10 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     limits = dict(LIMITS, **(limits or {}))
     if not sandbox:   # the process limit would count every process of the grader's user
         limits["processes"] = 0
-    return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits)
+    from .judging import JudgePool
+
+    return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
+                      JudgePool())
 
 
 def read_notebook(path):
@@ -117,13 +123,11 @@ def _kill_group(pid) -> None:
         pass
 
 
-def _scrub(text, paths) -> str:
-    """Text for a student: the grader's own paths replaced by what they stand for."""
-    text = str(text)
-    for path, name in paths:
-        if path:
-            text = text.replace(str(path), name)
-    return text
+def _scrub(text, paths, limit=500) -> str:
+    """Text for a student: the grader's own paths replaced, cleaned, capped (``scrub``)."""
+    from .scrub import scrub
+
+    return scrub(text, paths, limit)
 
 
 def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
@@ -134,8 +138,9 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
-    paths = [(home, "<your folder>"), (base, "<grader>"), (folder, "<your folder>")] + \
-        [(d, "<teacher>") for d in run.deny_roots]
+    from .scrub import grader_paths
+
+    paths = grader_paths(run.kit, run.deny_roots, base, home, folder)
     rng = random.Random(secrets.randbits(64))
     from .judge import plan
 
@@ -182,7 +187,10 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
                             symlinks=True)
         shutil.rmtree(base, ignore_errors=True)
     rows = _judge_rows(run, state, requests, student_id, paths)
-    for ev in state.get("events", []) if isinstance(state.get("events"), list) else []:
+    from .runner import MAX_RESTARTS
+
+    events = state.get("events") if isinstance(state.get("events"), list) else []
+    for ev in events[:MAX_RESTARTS + 2]:   # the executor records at most that many
         if isinstance(ev, dict) and ev.get("event") in ("timeout", "kernel died"):
             gid = ev.get("grade_id") if isinstance(ev.get("grade_id"), str) else ""
             role = ev.get("role") if ev.get("role") in ("answer", "test", "source", "student",
@@ -200,22 +208,22 @@ def _read_student(home, folder, notebook, notes, paths):
     if notebook is None:
         notes.append("no notebook found in the submission")
         return None
+    from .submission import SubmissionError, read_submission
+
     copy = home / Path(notebook).relative_to(folder)
     try:
-        if copy.is_symlink() or not copy.is_file():
-            raise ValueError("it is not a regular file")
-        if copy.stat().st_size > 64 << 20:
-            raise ValueError("it is larger than 64 MiB")
-        return read_notebook(copy)
-    except Exception as exc:   # any unreadable file: grade as empty, say why
+        return read_submission(copy)
+    except SubmissionError as exc:   # grade as empty, say why
+        notes.append(_scrub(f"could not read the notebook: {exc}", paths))
+    except Exception as exc:   # a grader bug: the same, and the class goes on
         notes.append(_scrub(f"could not read the notebook: {type(exc).__name__}: {exc}",
-                            paths)[:500])
-        return None
+                            paths))
+    return None
 
 
-def _decode(text):
+def _decode(text, limit=RESULT_LIMIT_BYTES):
     """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
-    if not isinstance(text, str) or len(text) > RESULT_LIMIT_BYTES:
+    if not isinstance(text, str) or len(text) > limit:
         return None
 
     def refuse(name):
@@ -227,8 +235,7 @@ def _decode(text):
 
 
 def _judge_rows(run, state, requests, student_id, paths) -> list:
-    from .judge import verdict
-    from .runner import OUTPUT_LIMIT
+    from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
     rows = []
@@ -243,32 +250,34 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
         else:
             output = ""
         if passed and judges:
-            replies = _decode(got.get("answers"))
+            replies = _decode(got.get("answers"), ANSWERS_LIMIT)
+            if isinstance(replies, dict):   # the executor found the answers too large
+                replies = [{"ok": False, "error": f"the answers are larger than "
+                                                  f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                try:
-                    ok, message = verdict(request, reply, student_id)
-                except Exception as exc:   # a judge bug: this test fails, the teacher is told
-                    print(f"gpumemlab grade: judging {gid} for {display_id(student_id)} "
-                          f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-                    ok, message = False, "the grader could not judge this answer"
+                ok, message = run.judges.judge(request, reply, student_id)
                 if not ok:
                     passed, output = False, message
                     break
         rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
                      "status": "passed" if passed else "failed",
-                     "output": _scrub(output, paths), "inside_only": not judges})
+                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges})
     return rows
 
 
 def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
     inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
-    cleanup, fds = (lambda: None), ()
+    cleanup, fds, group = (lambda: None), (), None
     if run.sandbox:
         bound = isolation.python_roots() + ["/usr", "/etc"]
         masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
-        argv, fds, cleanup = isolation.sandboxed_command(home, io, run.kit, inner, masks=masks)
+        argv, fds, cleanup = isolation.sandboxed_command(
+            home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
         env = dict(os.environ)
+        group = _cgroup(run)
+        if group is not None:
+            argv = group.wrap(argv)
     else:
         argv = inner
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
@@ -291,9 +300,24 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
                         else None)
         proc.wait()
         log.close()
+        if group is not None:
+            group.close()
     if not state.get("finished") and not any("limit" in n for n in notes):
         notes.append("the grader could not finish this notebook; see the test outputs")
     return state
+
+def _cgroup(run):
+    """A cgroup v2 of its own for one sandbox where this machine delegates one (``confine``)."""
+    from .confine import CgroupV2, delegated_parent
+
+    parent = delegated_parent()
+    if parent is None:
+        return None
+    try:
+        return CgroupV2(parent, run.limits["memory_bytes"], run.limits["processes"])
+    except OSError:
+        return None
+
 
 def _read_state(path: Path) -> dict:
     """The executor's result file, which the sandbox could have replaced by anything: a
@@ -310,6 +334,13 @@ def _read_state(path: Path) -> dict:
     return state if isinstance(state, dict) else {}
 
 
+def _shown(student_id) -> str:
+    """A student id (a folder name: any bytes) safe to print on the teacher's terminal."""
+    from gpumemlab.cleantext import clean_text
+
+    return clean_text(display_id(student_id), limit=120, keep_newlines=False)
+
+
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
               progress=sys.stderr, keep=None, sandbox=True, limits=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id."""
@@ -318,6 +349,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
+    run.judges.prestart(min(max(1, workers), len(subs)))
     results, n = [], len(subs)
     max_score = sum(p for _, p in tests_of(source_nb))
     try:
@@ -330,14 +362,17 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                 try:
                     res = fut.result()
                 except Exception as exc:  # a grader bug must not lose the other students
-                    print(f"gpumemlab grade: grading {display_id(sid)} failed: "
-                          f"{type(exc).__name__}: {exc}", file=sys.stderr)
+                    from gpumemlab.cleantext import clean_text
+
+                    print(f"gpumemlab grade: grading {_shown(sid)} failed: "
+                          f"{clean_text(f'{type(exc).__name__}: {exc}', limit=500)}",
+                          file=sys.stderr)
                     res = StudentResult(sid, [], 0.0, max_score, 0.0, isolated=sandbox,
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
                 results.append(res)
                 if progress is not None:
-                    print(f"[{done}/{n}] {display_id(sid)}: {res.score:g}/{res.max_score:g} "
+                    print(f"[{done}/{n}] {_shown(sid)}: {res.score:g}/{res.max_score:g} "
                           f"in {res.seconds:.1f} s", file=progress, flush=True)
     finally:
         run.close()

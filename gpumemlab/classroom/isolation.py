@@ -32,7 +32,7 @@ INSIDE_HOME = "/home/student"
 INSIDE_IO = "/grader"
 INSIDE_KIT = "/opt/gpumemlab-kit"
 NOBODY = 65534
-TMPFS_BYTES = 256 << 20        # each of /home/student, /tmp and /dev/shm
+TMPFS_BYTES = 256 << 20        # each of /tmp and /dev/shm without a memory limit (confine)
 WRITABLE_IO = ("result.json", "executed.ipynb")   # the only files the sandbox writes outside
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
@@ -72,12 +72,15 @@ def _dirs_for(dest: str) -> list:
     return [x for d in reversed(parents) for x in ("--perms", "0755", "--dir", d)]
 
 
-def bwrap_argv(home, io, kit, *, userns_fd=None, masks=()) -> list:
+def bwrap_argv(home, io, kit, *, userns_fd=None, masks=(), seccomp_fd=None,
+               tmpfs_bytes=TMPFS_BYTES, home_bytes=TMPFS_BYTES) -> list:
     """The bwrap command line up to (not including) the command run inside."""
     argv = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--hostname", "gpumemlab-grader", "--clearenv"]
     argv += ["--userns", str(userns_fd)] if userns_fd is not None else ["--unshare-user"]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for link in _SYSTEM_LINKS:
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
@@ -87,14 +90,14 @@ def bwrap_argv(home, io, kit, *, userns_fd=None, masks=()) -> list:
              "--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu",
              "--proc", "/proc", "--dev", "/dev"]
     for tmp in ("/dev/shm", "/tmp"):
-        argv += ["--perms", "1777", "--size", str(TMPFS_BYTES), "--tmpfs", tmp]
+        argv += ["--perms", "1777", "--size", str(int(tmpfs_bytes)), "--tmpfs", tmp]
     roots = python_roots()
     for root in roots:
         argv += _dirs_for(root) + ["--ro-bind", root, root]
     for mask in list(_installed_copies(roots)) + [str(m) for m in masks]:
         argv += ["--tmpfs", mask]
     argv += _dirs_for(INSIDE_KIT) + ["--ro-bind", str(kit), INSIDE_KIT]
-    argv += _dirs_for(INSIDE_HOME) + ["--perms", "0777", "--size", str(TMPFS_BYTES),
+    argv += _dirs_for(INSIDE_HOME) + ["--perms", "0777", "--size", str(int(home_bytes)),
                                       "--tmpfs", INSIDE_HOME]
     argv += ["--ro-bind", str(io), INSIDE_IO]
     for name in WRITABLE_IO:
@@ -162,9 +165,9 @@ def give_to_sandbox(io) -> None:
 
 
 def home_files(home) -> tuple:
-    """(bwrap arguments, fds) that fill the sandbox's /home/student with a copy of ``home``
-    (folders and regular files only; ``intake.copy_submission`` made it so)."""
-    args, fds = [], []
+    """(bwrap arguments, fds, bytes) that fill the sandbox's /home/student with a copy of
+    ``home`` (folders and regular files only; ``intake.copy_submission`` made it so)."""
+    args, fds, size = [], [], 0
     home = Path(home)
     for dirpath, dirnames, filenames in os.walk(home):
         rel = Path(dirpath).relative_to(home)
@@ -173,18 +176,26 @@ def home_files(home) -> tuple:
         for f in sorted(filenames):
             fd = os.open(Path(dirpath) / f, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             fds.append(fd)
+            size += os.fstat(fd).st_size
             args += ["--perms", "0666", "--file", str(fd), f"{INSIDE_HOME}/{(rel / f).as_posix()}"]
-    return args, fds
+    return args, fds, size
 
 
-def sandboxed_command(home, io, kit, inner: list, *, masks=()):
+def sandboxed_command(home, io, kit, inner: list, *, masks=(), memory_bytes=None):
     """-> (argv, pass_fds, cleanup). ``inner`` runs inside the sandbox; /home/student is a
     size-limited tmpfs holding a copy of ``home``, so nothing the sandbox writes lands on the
-    grader's disk except the exchange files (``WRITABLE_IO``, capped by RLIMIT_FSIZE)."""
+    grader's disk except the exchange files (``WRITABLE_IO``, capped by RLIMIT_FSIZE). With
+    ``memory_bytes``, the tmpfs mounts are sized from it (``confine.tmpfs_bytes``); memfd and
+    System V shared memory are always denied (``confine.seccomp_program``)."""
+    from .confine import seccomp_fd, tmpfs_bytes
+
     ns = MappedUserNamespace() if running_as_root() else None
     fd = ns.fd if ns is not None else None
-    files, fds = home_files(home)
-    argv = bwrap_argv(home, io, kit, userns_fd=fd, masks=masks) + files \
+    files, fds, size = home_files(home)
+    fds.append(seccomp_fd())
+    tmp = tmpfs_bytes(memory_bytes) if memory_bytes else TMPFS_BYTES
+    argv = bwrap_argv(home, io, kit, userns_fd=fd, masks=masks, seccomp_fd=fds[-1],
+                      tmpfs_bytes=tmp, home_bytes=size + tmp) + files \
         + (become_nobody() if fd is not None else []) + list(inner)
     keep = ([fd] if fd is not None else []) + fds
 

@@ -184,3 +184,19 @@ def verdict(request: dict, reply, seed: str):
             return False, _short(f"{ex.name}({show_args(args)}) returned {got!r}; the allocator "
                                  f"gives {expected!r}")
     return True, ""
+
+
+def warm_up() -> None:
+    """Import every judge and load every bank now, so that each forked judging child starts
+    with them (``judging``): a child then spends its limits on the answer, not on imports."""
+    from gpumemlab.quizkit import exercises, quiz  # noqa: F401
+    from gpumemlab.quizkit.lesson_exercises import all_exercises
+
+    all_exercises()
+    try:
+        from gpumemlab.doctor import growth, growth_cases  # noqa: F401  (the 10.ex judge's)
+        from gpumemlab.quizkit.bank import all_banks
+
+        all_banks()
+    except Exception:   # a missing bank is reported where it is used, not here
+        pass

@@ -15,6 +15,11 @@ Every text cell of the CSV is neutralised for spreadsheets: one starting with ``
 or a carriage return gets a leading ``'``, so no cell is ever read as a formula. Undecodable
 bytes of folder names are written as ``\\xNN``. A test judged only by checks that ran inside the
 submission is marked "checked inside the submission"; a run without the OS sandbox says so.
+
+Every text that came from a submission goes through ``cleantext.clean_text`` before it is written
+(lone surrogates escaped, terminal escapes and bidi overrides made visible), and a feedback file
+is capped at ``FEEDBACK_LIMIT`` characters. Each student's files are written in their own error
+boundary: ``write_feedback`` returns the students whose files failed, and why, and goes on.
 """
 from __future__ import annotations
 
@@ -22,8 +27,11 @@ import csv
 import json
 from pathlib import Path
 
+from gpumemlab.cleantext import clean_text
 from .grade import CSV_COLUMNS, INSIDE_ONLY
 from .intake import display_id, safe_name
+
+FEEDBACK_LIMIT = 256 << 10   # characters: every test's output and the notes fit many times over
 
 
 def read_roster(path) -> dict:
@@ -61,16 +69,17 @@ def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None)
 def gradescope(result) -> dict:
     return {"score": result.score,
             "execution_time": round(result.seconds, 2),
-            "output": "\n".join(result.notes),
+            "output": clean_text("\n".join(result.notes), limit=FEEDBACK_LIMIT),
             "visibility": "visible",
             "tests": [{"name": t["name"], "score": t["score"], "max_score": t["max_score"],
                        "status": t["status"],
                        "output": (f"({INSIDE_ONLY})\n" if t.get("inside_only") else "")
-                       + t["output"]} for t in result.tests]}
+                       + clean_text(t["output"], limit=FEEDBACK_LIMIT)} for t in result.tests]}
 
 
 def feedback_text(result, assignment: str) -> str:
-    lines = [f"{assignment}: feedback for {display_id(result.student_id)}",
+    lines = [f"{assignment}: feedback for "
+             f"{clean_text(display_id(result.student_id), keep_newlines=False)}",
              f"score: {result.score:g} / {result.max_score:g}", ""]
     if not getattr(result, "isolated", True):
         lines[1:1] = ["NOT ISOLATED: graded without the OS sandbox (--no-sandbox)"]
@@ -82,13 +91,22 @@ def feedback_text(result, assignment: str) -> str:
             lines += ["    " + line for line in t["output"].splitlines()]
     if result.notes:
         lines += ["", "notes:"] + [f"  - {n}" for n in result.notes]
-    return "\n".join(lines) + "\n"
+    return clean_text("\n".join(lines), limit=FEEDBACK_LIMIT) + "\n"
 
 
-def write_feedback(results, folder, *, assignment: str) -> None:
+def write_feedback(results, folder, *, assignment: str) -> list:
+    """Write every student's files; -> [(student_id, why)] for the students whose files could
+    not be written (the others are written all the same)."""
     folder = Path(folder)
+    failed = []
     for r in results:
-        d = folder / safe_name(r.student_id)
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "results.json").write_text(json.dumps(gradescope(r), indent=1), encoding="utf-8")
-        (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")
+        try:
+            d = folder / safe_name(r.student_id)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "results.json").write_text(json.dumps(gradescope(r), indent=1),
+                                            encoding="utf-8")
+            (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")
+        except Exception as exc:   # one student's files must not stop the others'
+            failed.append((r.student_id, clean_text(f"{type(exc).__name__}: {exc}", limit=200,
+                                                    keep_newlines=False)))
+    return failed

@@ -108,8 +108,17 @@ def _grade(args) -> int:
     assignment = args.assignment or args.source.stem
     write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
     feedback = args.feedback or args.out.parent / "feedback"
-    write_feedback(results, feedback, assignment=assignment)
+    failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
+    if failed:   # the others' feedback and certificates go on regardless
+        from gpumemlab.classroom.intake import display_id
+        from gpumemlab.cleantext import clean_text
+
+        print(f"feedback could not be written for {len(failed)} student"
+              f"{'s' * (len(failed) != 1)}:", file=sys.stderr)
+        for sid, why in failed:
+            print(f"  {clean_text(display_id(sid), keep_newlines=False)}: {why}",
+                  file=sys.stderr)
     if args.certificates_key is not None:
         out = args.certificates or args.out.parent / "certificates"
         rows = _certificate(args, lambda: certificate_cli.issue_grades(

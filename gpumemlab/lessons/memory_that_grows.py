@@ -21,12 +21,16 @@ _METHODS = {"detach": ("",), "argmax": ("1", "dim=1", "-1", "dim=-1"), "tolist":
             "float": ("",), "int": ("",), "long": ("",), "contiguous": ("",)}
 _CALL = re.compile(r"\.(\w+)\(([^()]*)\)")
 STEPS_10, BATCH_10 = 4, 512
+ANSWER_CHARS_10, CALLS_10 = 300, 8   # every useful answer is a few calls long
 
 
 def parse_keep(answer) -> list:
     """``"out.argmax(1).tolist()"`` -> [("argmax", "1"), ("tolist", "")]."""
     if not isinstance(answer, str):
         raise AnswerShapeError(f"the answer is a {type(answer).__name__}, not an expression")
+    if len(answer) > ANSWER_CHARS_10:   # judged by running it: its shape is bounded first
+        raise AnswerShapeError(f"the answer has {len(answer):,} characters; a few method "
+                               f"calls need fewer than {ANSWER_CHARS_10}")
     text = answer.replace(" ", "")
     if not text.startswith("out"):
         raise AnswerShapeError(f"{answer!r} does not start with out")
@@ -39,6 +43,8 @@ def parse_keep(answer) -> list:
             raise AnswerShapeError(f"{name}({args}) is not one of the methods this exercise "
                                    f"knows: {', '.join(sorted(_METHODS))}")
         calls.append((name, args))
+        if len(calls) > CALLS_10:
+            raise AnswerShapeError(f"more than {CALLS_10} method calls after out")
         pos = m.end()
     if pos != len(text):
         raise AnswerShapeError(f"cannot read {answer!r} after {text[:pos]!r}")

@@ -40,6 +40,7 @@ KINDS = ("choice", "text", "numeric", "predict", "code")
 UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "count": 1, "percent": 1,
          "ratio": 1}
 _ID = re.compile(r"^(\d\d)\.(\d+)$")
+BANK_LIMIT_BYTES = 4 << 20   # a bank is tens of kilobytes
 _COMMON = {"id", "kind", "prompt", "points", "hints", "explanation", "faq", "tags", "salt",
            "hints_sealed", "explanation_sealed"}
 _FIELDS = {
@@ -200,10 +201,16 @@ def _parse_file(path: Path) -> Bank:
     import yaml  # lazy: PyYAML is only needed once a quiz is opened
 
     try:
+        if path.stat().st_size > BANK_LIMIT_BYTES:
+            raise BankError(f"{path.name}: larger than {BANK_LIMIT_BYTES >> 20} MiB")
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return parse_bank(raw, path)
     except yaml.YAMLError as exc:
-        raise BankError(f"{path.name}: not valid YAML: {exc}") from None
-    return parse_bank(raw, path)
+        raise BankError(f"{path.name}: not valid YAML: {str(exc)[:300]}") from None
+    except RecursionError:   # YAML and the checks below recurse: a deep file ends here
+        raise BankError(f"{path.name}: nested too deeply to be a question bank") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BankError(f"{path.name}: cannot read: {exc}") from None
 
 
 def parse_bank(raw, path: Path) -> Bank:
@@ -252,8 +259,9 @@ def _parse_question(item, notebook: str, where: str) -> Question:
         raise BankError(f"{where}: a {kind} question needs {sorted(missing)}")
     prompt = _text(item.get("prompt"), "prompt", where)
     points = item.get("points", 1)
-    if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
-        raise BankError(f"{where}: 'points' must be a positive number")
+    if isinstance(points, bool) or not isinstance(points, (int, float)) \
+            or not 0 < points <= 1000:
+        raise BankError(f"{where}: 'points' must be a positive number, at most 1000")
     salt = item.get("salt", "")
     if "salt" in item:
         salt = _text(salt, "salt", where)

@@ -103,6 +103,22 @@ def _judge_text(q, answer, seed):
 
 def read_number(qid: str, answer, unit: str) -> float:
     """A number in ``unit``: 20, 20.0, "20", or a size with its own unit like "20 MiB"."""
+    try:
+        value = _number(qid, answer, unit)
+    except OverflowError:   # an int or a size past what a float holds
+        raise AnswerError(f"{qid}: the answer is too large to be a number of {unit}") from None
+    if not math.isfinite(value):
+        raise AnswerError(f"{qid}: {_short(answer)} is not a finite number")
+    return value
+
+
+def _short(answer) -> str:
+    text = repr(answer) if not isinstance(answer, int) or answer.bit_length() < 200 else \
+        f"an integer of {answer.bit_length()} bits"
+    return text if len(text) <= 80 else text[:80] + "..."
+
+
+def _number(qid: str, answer, unit: str) -> float:
     if isinstance(answer, bool):
         raise AnswerError(f"{qid}: answer with a number (in {unit}), not {answer!r}")
     if isinstance(answer, (int, float)):
@@ -113,7 +129,7 @@ def read_number(qid: str, answer, unit: str) -> float:
             value = float(text)
         except ValueError:
             if unit not in ("bytes", "KiB", "MiB", "GiB"):
-                raise AnswerError(f"{qid}: cannot read {answer!r} as a number") from None
+                raise AnswerError(f"{qid}: cannot read {_short(answer)} as a number") from None
 
             try:
                 value = parse_size(text.replace(" ", ""), name="answer") / UNITS[unit]
@@ -122,8 +138,6 @@ def read_number(qid: str, answer, unit: str) -> float:
     else:
         raise AnswerError(f"{qid}: answer with a number (in {unit}), "
                           f"not {type(answer).__name__}")
-    if not math.isfinite(value):
-        raise AnswerError(f"{qid}: {answer!r} is not a finite number")
     return value
 
 

@@ -52,14 +52,23 @@ def exercise(ex_id, title, task, expects, hints, stub):
 
 
 
-def plain(value, path="answer"):
-    """``value`` if it is plain JSON data, else AnswerShapeError naming the offending part."""
+DEPTH_LIMIT, INT_BITS = 20, 64   # no exercise's answer is deeper, or needs larger integers
+
+
+def plain(value, path="answer", depth=0):
+    """``value`` if it is plain JSON data of a bounded shape (nesting, integer size), else
+    AnswerShapeError naming the offending part."""
+    if depth > DEPTH_LIMIT:
+        raise AnswerShapeError(f"{path[:60]}... is nested more than {DEPTH_LIMIT} deep")
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > INT_BITS:
+        raise AnswerShapeError(f"{path} is an integer of {value.bit_length()} bits (at most "
+                               f"{INT_BITS})")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
-        return [plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(value)]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: plain(v, f"{path}[{k!r}]") for k, v in value.items()}
+        return {k: plain(v, f"{path}[{k[:40]!r}]", depth + 1) for k, v in value.items()}
     raise AnswerShapeError(f"{path} is a {type(value).__name__}: an answer must be plain data "
                            f"(numbers, strings, lists, dicts)")
 

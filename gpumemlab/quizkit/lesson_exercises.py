@@ -39,6 +39,9 @@ def judge(ex_id: str, answer) -> Verdict:
         passed, message, figures = ex.judge(plain(answer))
     except AnswerShapeError as exc:
         return Verdict(ex_id, False, f"{str(exc).rstrip('.')}. Expected {ex.expects}.")
+    except (OverflowError, MemoryError, RecursionError) as exc:   # a value past what it models
+        return Verdict(ex_id, False, f"the answer could not be judged ({type(exc).__name__}: "
+                                     f"{str(exc)[:120]}). Expected {ex.expects}.")
     return Verdict(ex_id, bool(passed), message, plain(figures))
 
 

@@ -4,17 +4,57 @@ seed, the predictions made in predict cells (``predictions``) and the exercise a
 
 The file is ``$GPUMEMLAB_PROGRESS`` if set, else ``~/.gpumemlab/progress.json``. It is written
 atomically (temp file + rename), and a damaged file is set aside as ``progress.json.bad`` instead of
-stopping the quiz. The learner seed picks the predict-the-allocator variants;
-``$GPUMEMLAB_QUIZ_SEED`` overrides it (the classroom grader and the notebook tests use that).
+stopping the quiz; so is a copy of a file with entries of the wrong types (``_well_formed``), whose
+well-formed entries are kept and the others dropped, with one line saying so. The learner seed
+picks the predict-the-allocator variants; ``$GPUMEMLAB_QUIZ_SEED`` overrides it (the classroom
+grader and the notebook tests use that).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
+import sys
 from pathlib import Path
 
 VERSION = 1
+LIMIT_BYTES = 16 << 20   # a learner's record is kilobytes; more is not a progress file
+
+
+def _count(x) -> bool:
+    return type(x) is int and 0 <= x < 1 << 31
+
+
+def _number(x) -> bool:
+    return type(x) in (int, float) and math.isfinite(x) and abs(x) < 1e12
+
+
+def _entry_ok(table: str, e) -> bool:
+    if not isinstance(e, dict):
+        return False
+    if table == "questions":
+        return _count(e.get("attempts")) and type(e.get("correct")) is bool \
+            and _number(e.get("points")) and _number(e.get("max_points"))
+    if table == "exercises":
+        return _count(e.get("attempts", 0)) and type(e.get("passed", False)) is bool
+    return _count(e.get("attempts", 0))
+
+
+def _well_formed(data: dict) -> int:
+    """Drop, in place, the entries whose types the quiz cannot use; -> how many were dropped."""
+    dropped = 0
+    if not (data.get("seed") is None or isinstance(data.get("seed"), str)):
+        data["seed"], dropped = None, dropped + 1
+    for table in ("questions", "predictions", "exercises"):
+        entries = data.get(table, {})
+        if not isinstance(entries, dict):
+            data[table], dropped = {}, dropped + 1
+            continue
+        for key in [k for k, e in entries.items() if not _entry_ok(table, e)]:
+            del entries[key]
+            dropped += 1
+    return dropped
 
 
 def progress_path() -> Path:
@@ -34,20 +74,32 @@ class Progress:
     def _load(self) -> dict:
         empty = {"version": VERSION, "seed": None, "questions": {}}
         try:
+            if self.path.stat().st_size > LIMIT_BYTES:
+                raise ValueError("too large")
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return empty
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             self._set_aside()
             return empty
         if not isinstance(data, dict) or not isinstance(data.get("questions"), dict):
             self._set_aside()
             return empty
+        dropped = _well_formed(data)
+        if dropped:
+            self._set_aside(copy=True)
+            print(f"gpumemlab: {dropped} entr{'ies' if dropped != 1 else 'y'} of {self.path} "
+                  f"{'were' if dropped != 1 else 'was'} of the wrong types and left out (the "
+                  f"file as it was: {self.path.name}.bad)", file=sys.stderr)
         return data
 
-    def _set_aside(self):
+    def _set_aside(self, copy=False):
+        bad = self.path.with_name(self.path.name + ".bad")
         try:
-            self.path.replace(self.path.with_name(self.path.name + ".bad"))
+            if copy:
+                bad.write_bytes(self.path.read_bytes())
+            else:
+                self.path.replace(bad)
         except OSError:
             pass
 

@@ -17,7 +17,8 @@ class QuizView:
 
         self.quiz, self.bank, self.feedback, self.inputs = quiz, bank, {}, {}
         seed = quiz.progress().seed
-        boxes = [w.HTML(f"<h3>Quiz {bank.notebook}: {bank.title}</h3>")]
+        # the bank is a file anyone can edit: its title is text, never markup
+        boxes = [w.HTML(f"<h3>Quiz {_escape(bank.notebook)}: {_escape(bank.title)}</h3>")]
 
         for q in bank.questions:
             text = render_question(q, seed)
