@@ -7,6 +7,12 @@ a 24-byte pickle with a memo index of 2**27 and 2**28 (the C unpickler alone tak
 4.2 GB), the same index after 9 MiB of padding (read by the C unpickler under RLIMIT_AS), and
 ``certificate verify``-style extraction from 1 and 4 MiB pages of repeated unclosed
 ``<script id="gml-certificate">`` tags (the old regex: 98 s and over 120 s).
+
+Replay cost per byte: recordings of segment_map/alloc/free/segment_unmap cycles of a 3 TiB
+tensor under ``expandable_segments:True`` (157,000 large pages a map), of about 9 KB and 1 MiB,
+loaded and replayed as ``gpumemlab verify`` does. Mapping page by page took 0.8 s for the 9 KB
+file (so about 100 s per MiB); as page ranges the work follows the entries. The run fails
+(exit 1) when the 1 MiB file costs more than 4x per byte what the 9 KB one does, or over 30 s.
 """
 import resource
 import sys
@@ -33,6 +39,39 @@ def measure(label, fn):
           f"  {outcome}")
 
 
+def replay_cycles(cycles):
+    """(file bytes, seconds to load and replay) for a recording of ``cycles`` map cycles."""
+    import pickle
+
+    from gpumemlab.allocator import DeviceCachingAllocator
+    from gpumemlab.allocator.config import AllocatorConfig
+    from gpumemlab.recordings.files import loads_snapshot
+    from gpumemlab.recordings.replay import replay
+
+    alloc = DeviceCachingAllocator(1 << 42, AllocatorConfig.parse("expandable_segments:True"),
+                                   record_context=None)
+    for _ in range(cycles):
+        alloc.free(alloc.malloc(3 << 40))
+        alloc.empty_cache()
+    data = pickle.dumps(alloc.snapshot())
+    t = time.perf_counter()
+    result = replay(loads_snapshot(data))
+    wall = time.perf_counter() - t
+    assert result.reproduced and result.allocations == cycles
+    return len(data), wall
+
+
+def bench_replay_per_byte():
+    rows = [replay_cycles(n) for n in (34, 4400)]
+    for nbytes, wall in rows:
+        print(f"replay of map/unmap cycles, {nbytes / 1024:7.1f} KB {wall:8.3f} s  "
+              f"{wall / nbytes * 1e6:7.2f} us/byte")
+    (small, t_small), (big, t_big) = rows
+    ratio = (t_big / big) / (t_small / small)
+    print(f"per-byte cost, 1 MiB file / 9 KB file: x{ratio:.2f} (bound: x4, and under 30 s)")
+    return ratio <= 4 and t_big < 30
+
+
 def main():
     import pickle
 
@@ -52,6 +91,8 @@ def main():
             page.write_text(unit * ((mib << 20) // len(unit) - 1))
             measure(f"certificate page, {mib} MiB of unclosed tags",
                     lambda p=page: load_certificate(p))
+    if not bench_replay_per_byte():
+        sys.exit(1)
 
 
 if __name__ == "__main__":
