@@ -59,6 +59,76 @@ def test_device_files_and_fifos_are_refused_in_one_line(tmp_path):
     assert done, "load_snapshot blocked on a FIFO"
 
 
+def _under_address_limit(code, *args, limit=3 << 30):
+    """Run ``code`` in a child with RLIMIT_AS ``limit`` (well under the 8 GiB snapshot cap)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    prelude = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))\n"
+    return subprocess.run([sys.executable, "-c", prelude + code, *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_small_snapshot_loads_under_an_address_space_limit(tmp_path):
+    # reading "up to the cap" used to ask for 8 GiB first: MemoryError under ulimit -v
+    path = tmp_path / "small.pickle"
+    path.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}))
+    out = _under_address_limit("import sys\nfrom gpumemlab.recordings.files import load_snapshot"
+                               "\nprint(len(load_snapshot(sys.argv[1])['device_traces']))", path)
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr[-300:]
+
+
+def test_a_certificate_reads_under_an_address_space_limit(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"format": "gpumemlab-certificate/1"}')
+    out = _under_address_limit(
+        "import sys\nfrom gpumemlab.certificates.record import load_certificate, CertificateError"
+        "\ntry:\n    load_certificate(sys.argv[1])\nexcept CertificateError as e:\n    print(e)",
+        path)
+    assert out.returncode == 0 and "payload is missing" in out.stdout, out.stderr[-300:]
+
+
+def test_a_file_that_grows_past_the_cap_while_read_is_refused(tmp_path, monkeypatch):
+    from gpumemlab.recordings import bounded_read
+
+    path = tmp_path / "grows.json"
+    path.write_bytes(b"[]")
+    real_read = os.read
+
+    def growing_read(fd, n):        # the file gains 1 KiB before each read
+        with open(path, "ab") as f:
+            f.write(b" " * 1024)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(bounded_read.os, "read", growing_read)
+    with pytest.raises(SnapshotError, match="larger than the 4096-byte limit"):
+        load_snapshot(path, max_bytes=4096)
+
+
+@pytest.mark.parametrize("make", ["/dev/zero", "fifo", "directory"])
+def test_certificate_verify_refuses_devices_fifos_and_folders_at_once(tmp_path, capsys, make):
+    from gpumemlab.certificates.record import generate_keypair
+    from gpumemlab.cli import main as cli
+
+    _, pub = generate_keypair(tmp_path / "keys")
+    target = make if make.startswith("/") else tmp_path / "cert.html"
+    if make == "fifo":
+        os.mkfifo(target)
+    elif make == "directory":
+        target.mkdir()
+    done = []
+    t = threading.Thread(target=lambda: done.append(
+        cli(["certificate", "verify", str(target), "--key", str(pub)])), daemon=True)
+    t.start()
+    t.join(10)
+    assert done == [2], "certificate verify blocked or did not refuse"
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("not a regular file" in err or "directory" in err), err
+
+
 @pytest.mark.parametrize("unit", ['<script type="application/json" id="gml-certificate">',
                                   "<script", "</script ", "<script id=gml-certificate>{}"])
 def test_a_page_of_unclosed_certificate_tags_is_no_certificate(tmp_path, unit):

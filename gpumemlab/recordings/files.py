@@ -17,13 +17,13 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import stat
 import tempfile
 import warnings
 from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
 
+from .bounded_read import read_regular_file
 from .collector import collector_paused as _collector_paused
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
@@ -65,27 +65,8 @@ def load_snapshot(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if name is None:
         raise SnapshotError(f"load_snapshot expects a file path, got {type(path).__name__}")
-    try:
-        st = os.stat(name)
-    except FileNotFoundError:
-        raise SnapshotError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise SnapshotError(f"{name}: is a directory, not a snapshot file")
-    if not stat.S_ISREG(st.st_mode):   # /dev/zero never ends, a FIFO may never start
-        raise SnapshotError(f"{name}: is not a regular file (a device, FIFO or socket), not a "
-                            f"snapshot file")
-    if st.st_size > max_bytes:
-        raise SnapshotError(f"{name}: {st.st_size} bytes is larger than the {max_bytes}-byte "
-                            f"limit (pass max_bytes= to read it anyway)")
-    try:
-        with open(name, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > max_bytes:   # it grew while being read
-        raise SnapshotError(f"{name}: larger than the {max_bytes}-byte limit")
+    data = read_regular_file(name, max_bytes, SnapshotError, "snapshot file",
+                             " (pass max_bytes= to read it anyway)")
     return loads_snapshot(data, name=name)
 
 
