@@ -268,3 +268,35 @@ def test_self_study_record_needs_threshold_and_is_unsigned(keys, tmp_path, capsy
     assert paths["png"].stat().st_size > 20_000
     assert cli(["certificate", "verify", str(paths["html"]), "--key", str(keys["pub"])]) == 1
     assert "unsigned" in capsys.readouterr().out
+
+
+def test_a_page_of_unclosed_tags_is_read_in_linear_work(issued, keys, tmp_path):
+    # 18,000 unclosed tags in a 75 KB page took 2 s (each piece of text looked up its field
+    # through every open tag); counted in lines run, not timed (bench_hostile_inputs.py times it)
+    from gpumemlab.certificates import render
+
+    _, paths = issued
+    calls = {}
+
+    def line(frame, event, arg):
+        calls[0] = calls.get(0, 0) + 1
+        return line
+
+    def count(frame, event, arg):
+        return line if frame.f_code.co_filename == render.__file__ else None
+
+    def verify_with(n):
+        page = paths["html"].read_text(encoding="utf-8")
+        bad = tmp_path / f"unclosed{n}.html"
+        bad.write_text(page.replace("</body>", "<a>x" * n + "</body>"), encoding="utf-8")
+        calls.clear()
+        sys.settrace(count)
+        try:
+            result = verify_certificate(bad, keys["pub"])
+        finally:
+            sys.settrace(None)
+        assert not result.valid and "edited" in result.reason
+        return calls.get(0, 0)
+
+    small, big = verify_with(500), verify_with(2000)
+    assert big < 6 * small     # linear: 4x the tags, about 4x the calls (it was 16x)
