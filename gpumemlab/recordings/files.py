@@ -28,6 +28,7 @@ from .collector import collector_paused as _collector_paused
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
 from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
+from .value_checks import check_values, json_int
 
 __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot", "dump_snapshot",
            "normalize_snapshot", "TRACE_ACTIONS", "BLOCK_STATES"]
@@ -96,6 +97,7 @@ def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
                                 f"torch.cuda.memory._dump_snapshot nor JSON)") from None
     # each container in the file costs at least a byte, so a walk longer than the file means
     # shared references were used to blow up the work (a crafted pickle)
+    check_values(raw, name, len(data) + 1000, SnapshotError)   # depth, huge integers
     snapshot, notes = normalize_snapshot(raw, source=name, _budget=len(data) + 1000)
     if notes:
         warnings.warn(f"{name}: " + "; ".join(notes), SnapshotWarning, stacklevel=3)
@@ -119,7 +121,7 @@ def _parse_pickle(data: bytes, name: str):
 
 def _parse_json(data: bytes, name: str):
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_int=json_int)
     except UnicodeDecodeError:
         raise SnapshotError(f"{name}: JSON snapshot is not UTF-8 text") from None
     except RecursionError:
