@@ -193,3 +193,73 @@ def test_a_terabyte_map_unmap_recording_replays_exactly():
     assert len(data) < 4096 and result.allocations == 8
     assert result.reproduced and result.segment_mismatches == 0
     assert result.timeline.reserved[-1] == 0
+
+
+# ----------------------------------------------------------------------------- CLI output
+
+_ESC = "\x1b[2J\x1b[H\x1b[1A\r[PASS] all good\u202e\ud800"   # clear, home, up, overwrite
+
+
+def _escaping_snapshot(tmp_path):
+    """The train-step fixture with terminal escapes in every frame's names and in metadata."""
+    from pathlib import Path
+
+    fixture = Path(__file__).parent / "fixtures" / "snapshots" / "sim_train_step_like.pickle"
+    snap = pickle.loads(fixture.read_bytes())
+    for seg in snap["segments"]:
+        for b in seg["blocks"]:
+            for f in b.get("frames") or []:
+                f["name"], f["filename"] = _ESC + f["name"], "/home/" + _ESC + "/train.py"
+    for e in snap["device_traces"][0]:
+        e["user_metadata"] = _ESC
+        for f in e.get("frames") or []:
+            f["name"] = _ESC
+    path = tmp_path / ("snap" + "\x1b[2J" + ".pickle")    # a hostile file name too
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+@pytest.mark.parametrize("command", [["report"], ["verify"], ["doctor", "--no-search"], ["diff"],
+                                     ["replay", "--alloc-conf", "expandable_segments:True"],
+                                     ["report", "--range", "0:50"]])
+def test_terminal_escapes_from_a_snapshot_never_reach_the_terminal(tmp_path, capsys, command):
+    from gpumemlab.cli import main
+
+    path = str(_escaping_snapshot(tmp_path))
+    argv = command[:1] + [path] + ([path] if command[0] == "diff" else []) + command[1:]
+    status = main(argv)
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert status in (0, 1), text[-500:]
+    assert not any(c in text for c in "\x1b\r\u202e\ud800")   # no ESC, CR, bidi, surrogate
+    if command[0] != "replay":         # (its table shows no string from the file)
+        assert "\\x1b[2J" in text      # shown, visibly, instead
+    text.encode("utf-8")               # printable on any UTF-8 terminal
+
+
+def test_an_escape_in_an_error_line_is_shown_not_run(tmp_path, capsys):
+    from gpumemlab.cli import main
+
+    path = tmp_path / "x.json"
+    path.write_text('{"\\u001b[2Jsegs": []}')
+    assert main(["report", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2Jsegs" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["report", "verify", "doctor", "diff", "replay"])
+def test_a_huge_integer_or_deep_value_is_one_line_from_every_command(tmp_path, capsys, command):
+    # the doctor died with a TypeError traceback on a 5,000-digit size; others printed nonsense
+    from gpumemlab.cli import main
+
+    entry = {"action": "alloc", "addr": 1 << 40, "size": 10 ** 5000, "stream": 0, "time_us": 0}
+    huge = tmp_path / "huge.pickle"
+    huge.write_bytes(pickle.dumps({"segments": [], "device_traces": [[entry]]}))
+    deep = tmp_path / "deep.pickle"
+    deep.write_bytes(pickle.dumps({"segments": [], "device_traces": [[]]}, protocol=2)[:-1]
+                     .replace(b"]q\x02", b"(" * 5000 + b"N" + b"l" * 5000 + b"q\x02") + b".")
+    for path, words in ((huge, "an integer of about 5001 digits"), (deep, "nested more than")):
+        argv = [command, str(path)] + ([str(path)] if command == "diff" else [])
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err and str(path) in err, err
