@@ -263,3 +263,22 @@ def test_a_huge_integer_or_deep_value_is_one_line_from_every_command(tmp_path, c
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and words in err and str(path) in err, err
+
+
+def test_a_few_hundred_bytes_cannot_ask_the_start_state_for_millions_of_mallocs():
+    # a small-pool expandable segment is rebuilt 1 MiB a malloc: 256 GiB in 470 bytes of file
+    # took 20 s; past a bound set by the snapshot's size it is a start problem instead
+    from gpumemlab.recordings.replay import replay
+
+    base, size = 0x7F0000000000, 64 << 30
+    seg = {"address": base, "total_size": size, "stream": 0, "segment_type": "small",
+           "is_expandable": True, "blocks": [{"address": base, "size": size,
+                                              "requested_size": 0, "state": "inactive"}]}
+    snap = {"segments": [seg], "device_traces": [[
+        {"action": "alloc", "addr": base + size + (1 << 30), "size": 512, "stream": 0}]],
+        "allocator_settings": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+                               "expandable_segments": True}}
+    with pytest.warns(Warning):
+        result = replay(loads_snapshot(pickle.dumps(snap)))
+    assert len(pickle.dumps(snap)) < 1024
+    assert any("small-pool mallocs" in p and "not rebuilt" in p for p in result.start_problems)
