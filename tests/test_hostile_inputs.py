@@ -109,24 +109,27 @@ def test_a_file_that_grows_past_the_cap_while_read_is_refused(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("make", ["/dev/zero", "fifo", "directory"])
-def test_certificate_verify_refuses_devices_fifos_and_folders_at_once(tmp_path, capsys, make):
-    from gpumemlab.certificates.record import generate_keypair
+def test_certificate_verify_refuses_devices_fifos_and_folders_as_file_or_key(tmp_path, capsys, make):
+    from gpumemlab.certificates.record import generate_keypair, issue_certificate
     from gpumemlab.cli import main as cli
 
-    _, pub = generate_keypair(tmp_path / "keys")
+    priv, pub = generate_keypair(tmp_path / "keys")
     target = make if make.startswith("/") else tmp_path / "cert.html"
     if make == "fifo":
         os.mkfifo(target)
     elif make == "directory":
         target.mkdir()
-    done = []
-    t = threading.Thread(target=lambda: done.append(
-        cli(["certificate", "verify", str(target), "--key", str(pub)])), daemon=True)
-    t.start()
-    t.join(10)
-    assert done == [2], "certificate verify blocked or did not refuse"
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and ("not a regular file" in err or "directory" in err), err
+    page = issue_certificate("Ada", "GPU 101", 9, 10, "2025-05-01", priv).write(
+        tmp_path / "issued", "ada", png=False)["html"]
+    for argv in ([str(target), "--key", str(pub)], [str(page), "--key", str(target)]):
+        done = []
+        t = threading.Thread(target=lambda a=argv: done.append(
+            cli(["certificate", "verify", *a])), daemon=True)
+        t.start()
+        t.join(10)
+        assert done == [2], f"certificate verify {argv} blocked or did not refuse"
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("not a regular file" in err or "directory" in err), err
 
 
 @pytest.mark.parametrize("unit", ['<script type="application/json" id="gml-certificate">',
