@@ -5,10 +5,11 @@ A snapshot holds dicts, lists, tuples, strings, numbers, booleans and None, a fe
 sizes, line numbers). A crafted file may instead nest values thousands of levels deep (code
 that walks them recursively, from ``json.dumps`` to ``repr``, then dies with ``RecursionError``)
 or hold an integer of thousands of digits (printing it raises ``ValueError``, and arithmetic on
-it is slow). ``check_values`` walks the whole structure without recursion, in time linear in
-the file (every element a walk visits costs the file at least one byte, so a walk longer than
-the file means shared references were used to blow up the work), and raises ``SnapshotError``
-naming the file and the entry.
+it is slow; in JSON, over 4300 digits cannot even be converted: see ``json_int``).
+``check_values`` walks the whole structure without recursion, in time linear in the file (every
+element a walk visits costs the file at least one byte, so a walk longer than the file means
+shared references were used to blow up the work), and raises ``SnapshotError`` naming the file
+and the entry.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class HugeInt(int):
 
 
 def json_int(text: str) -> int:
-    """``json.loads(parse_int=...)``: an int, or a ``HugeInt`` for 30 digits and more."""
+    """``json.loads(parse_int=...)``: an int, or a ``HugeInt`` for 30 digits and more (for a
+    file that holds an integer too long for Python to convert)."""
     if len(text) < 30:
         return int(text)
     marker = HugeInt(INT_LIMIT)
