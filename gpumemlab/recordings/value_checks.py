@@ -13,7 +13,9 @@ and the entry.
 """
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain, compress
+from operator import is_
 
 MAX_DEPTH = 64            # a real snapshot nests 6 levels; room for user metadata
 INT_LIMIT = 1 << 64       # addresses and sizes are 64-bit; so is everything else in a snapshot
@@ -85,9 +87,10 @@ def _check_flat(root, source, error, values, below) -> None:
         return
     kinds = set(types)
     if int in kinds or HugeInt in kinds:
-        ints = list(compress(values, map(_IS_INT, types)))
-        if max(ints) >= INT_LIMIT or min(ints) <= -INT_LIMIT:
-            v = next(v for v in ints if not -INT_LIMIT < v < INT_LIMIT)
+        is_int = _IS_INT if HugeInt in kinds else partial(is_, int)
+        # one pass: the widest integer (bit_length ignores the sign; a HugeInt is 65 bits)
+        if max(map(int.bit_length, compress(values, map(is_int, types)))) > 64:
+            v = next(v for v in compress(values, map(is_int, types)) if v.bit_length() > 64)
             where = _locate(root, lambda x, d: x is v)
             size = (f"{v.digits} digits" if type(v) is HugeInt else
                     f"about {int(v.bit_length() * 0.30103) + 1} digits")
