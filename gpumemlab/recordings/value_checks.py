@@ -53,8 +53,8 @@ def check_values(root, source: str, budget: int, error) -> None:
     """Raise ``error("<source>: <where>: <problem>")`` for a value nested over ``MAX_DEPTH``
     levels, an integer outside +-2**64, or a walk of more than ``budget`` elements."""
     # Level by level, and each level's values gathered in C (chain, map, compress) a chunk of
-    # containers at a time: no Python step per value or per container, so a recording of
-    # millions of entries is checked in a fraction of its load time.
+    # containers at a time: no Python step per value or per container (a Python loop cost
+    # three times as much).
     level, depth, visited = [root], 0, 0
     while level:
         depth += 1
@@ -72,15 +72,16 @@ def check_values(root, source: str, budget: int, error) -> None:
             values.extend(chain.from_iterable(seqs))
             if not _ALL_STR(map(type, chain.from_iterable(dicts))):
                 values.extend(chain.from_iterable(dicts))   # int or tuple keys: checked too
-            _check_flat(root, source, error, values, below)
+            _check_flat(root, source, error, values, below, budget)
         if below and depth >= MAX_DEPTH - 1:
-            where = _locate(root, lambda x, d: d >= MAX_DEPTH - 1 and isinstance(x, _CONTAINERS))
+            where = _locate(root, lambda x, d: d >= MAX_DEPTH - 1 and isinstance(x, _CONTAINERS),
+                            budget)
             raise error(f"{source}: {where}: values nested more than {MAX_DEPTH} levels deep (a "
                         f"real snapshot nests a few)")
         level = below
 
 
-def _check_flat(root, source, error, values, below) -> None:
+def _check_flat(root, source, error, values, below, budget) -> None:
     """Check the integers among ``values`` and add the containers to ``below``."""
     types = list(map(type, values))
     if not types:
@@ -91,7 +92,7 @@ def _check_flat(root, source, error, values, below) -> None:
         # one pass: the widest integer (bit_length ignores the sign; a HugeInt is 65 bits)
         if max(map(int.bit_length, compress(values, map(is_int, types)))) > 64:
             v = next(v for v in compress(values, map(is_int, types)) if v.bit_length() > 64)
-            where = _locate(root, lambda x, d: x is v)
+            where = _locate(root, lambda x, d: x is v, budget)
             size = (f"{v.digits} digits" if type(v) is HugeInt else
                     f"about {int(v.bit_length() * 0.30103) + 1} digits")
             raise error(f"{source}: {where}: an integer of {size}, larger than any value a "
@@ -100,11 +101,15 @@ def _check_flat(root, source, error, values, below) -> None:
         below.extend(compress(values, map(_IS_CONTAINER, types)))
 
 
-def _locate(root, found) -> str:
-    """Where the first value ``found(value, depth)`` accepts lies, as ``key[i]['name']``."""
+def _locate(root, found, budget) -> str:
+    """Where the first value ``found(value, depth)`` accepts lies, as ``key[i]['name']`` (or
+    "a value" after ``budget`` steps: shared references could make the search long)."""
     stack = [(root, 0, "")]
     while stack:
         obj, depth, path = stack.pop()
+        budget -= len(obj)
+        if budget < 0:
+            break
         pairs = (obj.items() if isinstance(obj, dict) else enumerate(obj))
         for k, v in pairs:
             here = path + _step(k)
