@@ -285,3 +285,53 @@ def test_a_few_hundred_bytes_cannot_ask_the_start_state_for_millions_of_mallocs(
         result = replay(loads_snapshot(pickle.dumps(snap)))
     assert len(pickle.dumps(snap)) < 1024
     assert any("small-pool mallocs" in p and "not rebuilt" in p for p in result.start_problems)
+
+
+def test_the_unmap_index_finds_what_a_scan_of_every_cached_block_finds():
+    import random
+
+    from gpumemlab.allocator import DeviceCachingAllocator
+    from gpumemlab.allocator.config import AllocatorConfig
+    from gpumemlab.recordings.replay_releases import FreePages, _release_recorded, _whole_pages
+
+    def scan(alloc, addr, size):      # the copy-and-scan this index replaced
+        for pool in alloc.all_block_pools():
+            for blk in list(pool.by_ptr.values()):
+                if blk.expandable_segment is not None and blk.ptr <= addr < blk.ptr + blk.size:
+                    return blk if _whole_pages(blk) == (addr, size) else None
+        return None
+
+    def indexed(pages, addr, size):
+        blk = pages.find(addr)
+        return blk if blk is not None and _whole_pages(blk) == (addr, size) else None
+
+    rng = random.Random(3)
+    alloc = DeviceCachingAllocator(64 << 30, AllocatorConfig.parse("expandable_segments:True"),
+                                   record_context=None)
+    live, checked, released = [], 0, 0
+    for step in range(1500):
+        if live and rng.random() < 0.47:
+            alloc.free(live.pop(rng.randrange(len(live))))
+        else:
+            live.append(alloc.malloc(rng.choice([rng.randint(1, 1 << 20),
+                                                 rng.randint(1 << 20, 90 << 20)])))
+        if step % 50:
+            continue
+        pages = FreePages(alloc)
+        for pool in alloc.all_block_pools():
+            for blk in list(pool.by_ptr.values()):
+                lo, nbytes = _whole_pages(blk)
+                page = blk.expandable_segment.segment_size
+                for addr in (lo, blk.ptr, lo + page, blk.ptr + 512):
+                    for size in (nbytes, nbytes - page, page):
+                        found = indexed(pages, addr, size)
+                        assert found is scan(alloc, addr, size)
+                        checked += found is not None
+        # a burst: each unmap through the same index, then the same ranges again (now gone)
+        ranges = [_whole_pages(b) for pool in alloc.all_block_pools()
+                  for b in pool.by_ptr.values() if _whole_pages(b)[1] > 0][:4]
+        for addr, size in ranges + ranges:
+            expected = scan(alloc, addr, size)
+            assert _release_recorded(alloc, "segment_unmap", addr, size, pages) is expected
+            released += expected is not None
+    assert checked > 50 and released > 5     # real free pages were asked about, not only misses

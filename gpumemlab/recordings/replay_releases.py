@@ -48,9 +48,11 @@ class FreePages:
     per release burst and only when a release does not start at a block's own address: each
     recorded ``segment_unmap`` is then a dict lookup, not a copy and scan of every cached block.
 
-    An unmap leaves every other indexed block as it was (the pieces it cuts off before and
-    after hold no whole page), so the index stays good through a burst; a hit is still checked
-    against the pool and rebuilt once when stale."""
+    Within a burst only its own releases change the model, and an unmap leaves every other
+    indexed block as it was (the pieces it cuts off before and after hold no whole page), so the
+    index stays good through the burst: a miss is a release the model cannot make, and a hit on
+    a block this burst already released is dropped. Neither rebuilds it, so a burst of many
+    releases the model cannot make costs one pass, not one per release."""
 
     def __init__(self, alloc):
         self.alloc = alloc
@@ -63,12 +65,12 @@ class FreePages:
             blk = pool.by_ptr.get(addr)
             if blk is not None:
                 return blk if blk.expandable_segment is not None else None
-        for fresh in (False, True):
-            if self.by_page is None or fresh:
-                self.by_page = self._build(pools)
-            blk = self.by_page.get(addr)
-            if blk is None or self._current(blk, addr):
-                return blk
+        if self.by_page is None:
+            self.by_page = self._build(pools)
+        blk = self.by_page.get(addr)
+        if blk is None or self._current(blk, addr):
+            return blk
+        del self.by_page[addr]     # unmapped or released earlier in this burst
         return None
 
     @staticmethod
@@ -82,8 +84,8 @@ class FreePages:
         for pool in pools:
             for blk in pool.by_ptr.values():
                 if blk.expandable_segment is not None:
-                    lo, nbytes = _whole_pages(blk)
-                    if nbytes > 0:
+                    lo = _whole_pages(blk)[0]
+                    if lo < blk.ptr + blk.size:   # a page starts inside: one block per key
                         by_page[lo] = blk
         return by_page
 
