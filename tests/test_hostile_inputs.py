@@ -335,3 +335,12 @@ def test_the_unmap_index_finds_what_a_scan_of_every_cached_block_finds():
             assert _release_recorded(alloc, "segment_unmap", addr, size, pages) is expected
             released += expected is not None
     assert checked > 50 and released > 5     # real free pages were asked about, not only misses
+
+
+def test_an_escape_echoed_by_a_usage_error_is_shown_not_run(capsys):
+    from gpumemlab.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["report", "a.pickle", "--top", "\x1b[2Jten"])
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2Jten" in err

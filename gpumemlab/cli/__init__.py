@@ -45,11 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    with clean_output():     # strings from snapshots and certificates: no terminal escapes
+    # strings from snapshots and certificates, and arguments echoed in usage errors, are
+    # printed without their terminal escapes
+    with clean_output():
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
         try:
             return int(args.func(args) or 0)
         except CLIError as exc:
