@@ -12,8 +12,9 @@ through every open tag: 0.17 and 2.1 s before, quadratic; 0.04 and 0.12 s now).
 
 Replay cost per byte: recordings of segment_map/alloc/free/segment_unmap cycles of a 3 TiB
 tensor under ``expandable_segments:True`` (157,000 large pages a map), of about 9 KB and 1 MiB,
-loaded and replayed as ``gpumemlab verify`` does. Mapping page by page took 0.8 s for the 9 KB
-file (so about 100 s per MiB); as page ranges the work follows the entries. The run fails
+loaded and replayed as ``gpumemlab verify`` does. Mapping page by page took 3.5 s for the 9 KB
+file and 564 s for the 1 MiB one (load average about 8); as page ranges the work follows the
+entries. The run fails
 (exit 1) when the 1 MiB file costs more than 4x per byte what the 9 KB one does, or over 30 s.
 
 Value checks at load (nesting depth, integers beyond 64 bits): the load time of a 14 MiB,
