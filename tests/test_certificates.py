@@ -15,7 +15,7 @@ from gpumemlab.certificates.record import (Certificate, CertificateError, comput
                                            completion_record, generate_keypair,
                                            issue_certificate, load_certificate,
                                            verify_certificate)
-from gpumemlab.certificates.issue import issue_from_grades
+from gpumemlab.certificates.issue import certificate_stem, issue_from_grades
 from gpumemlab.quizkit.core import Quiz
 
 
@@ -192,10 +192,11 @@ def test_png_is_a_real_certificate_sized_png(issued):
     assert len(data) > 20_000
 
 
-def write_grades(path):
-    rows = [("lab1", "alice", "Liddell", "Alice", 4, 5), ("lab2", "alice", "Liddell", "Alice", 5, 5),
-            ("lab1", "bob", "", "", 3, 5), ("lab2", "bob", "", "", 4, 5),
-            ("lab1", "carol", "O'Neil", "Carol", 4, 5), ("lab2", "carol", "O'Neil", "Carol", 4, 5)]
+def write_grades(path, rows=None):
+    rows = rows or [
+        ("lab1", "alice", "Liddell", "Alice", 4, 5), ("lab2", "alice", "Liddell", "Alice", 5, 5),
+        ("lab1", "bob", "", "", 3, 5), ("lab2", "bob", "", "", 4, 5),
+        ("lab1", "carol", "O'Neil", "Carol", 4, 5), ("lab2", "carol", "O'Neil", "Carol", 4, 5)]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
@@ -213,9 +214,10 @@ def test_classroom_issue_respects_threshold(keys, tmp_path):
     issued = {r["student_id"]: r for r in rows}
     # course totals: alice 9/10, bob 7/10, carol 8/10 (exactly at the threshold)
     assert [r["issued"] for r in rows] == ["yes", "no", "yes"]
-    assert not (out / "bob.html").exists()
+    assert not list(out.glob("bob*"))
     for sid, name in (("alice", "Alice Liddell"), ("carol", "Carol O'Neil")):
-        result = verify_certificate(out / f"{sid}.html", keys["pub"])
+        assert issued[sid]["file"] == certificate_stem(sid) + ".html"
+        result = verify_certificate(out / issued[sid]["file"], keys["pub"])
         assert result.valid and result.certificate.payload["name"] == name
         assert result.certificate.id == issued[sid]["id"]
     index = list(csv.DictReader(open(out / "certificates.csv")))
@@ -268,3 +270,58 @@ def test_self_study_record_needs_threshold_and_is_unsigned(keys, tmp_path, capsy
     assert paths["png"].stat().st_size > 20_000
     assert cli(["certificate", "verify", str(paths["html"]), "--key", str(keys["pub"])]) == 1
     assert "unsigned" in capsys.readouterr().out
+
+
+def test_a_page_of_unclosed_tags_is_read_in_linear_work(issued, keys, tmp_path):
+    # 18,000 unclosed tags in a 75 KB page took 2 s (each piece of text looked up its field
+    # through every open tag); counted in lines run, not timed (bench_hostile_inputs.py times it)
+    from gpumemlab.certificates import render
+
+    _, paths = issued
+    calls = {}
+
+    def line(frame, event, arg):
+        calls[0] = calls.get(0, 0) + 1
+        return line
+
+    def count(frame, event, arg):
+        return line if frame.f_code.co_filename == render.__file__ else None
+
+    def verify_with(n):
+        page = paths["html"].read_text(encoding="utf-8")
+        bad = tmp_path / f"unclosed{n}.html"
+        bad.write_text(page.replace("</body>", "<a>x" * n + "</body>"), encoding="utf-8")
+        calls.clear()
+        sys.settrace(count)
+        try:
+            result = verify_certificate(bad, keys["pub"])
+        finally:
+            sys.settrace(None)
+        assert not result.valid and "edited" in result.reason
+        return calls.get(0, 0)
+
+    small, big = verify_with(500), verify_with(2000)
+    assert big < 6 * small     # linear: 4x the tags, about 4x the calls (it was 16x)
+
+
+def test_ids_that_read_alike_never_share_a_certificate_file(keys, tmp_path, monkeypatch):
+    # "ann lee" and "ann_lee" were both written to ann_lee.html (the second overwrote the
+    # first while certificates.csv said both were issued); "Bob" and "bob" are one file on a
+    # case-insensitive file system
+    grades = tmp_path / "grades.csv"
+    write_grades(grades, [("lab1", sid, "", "", 9, 10)
+                          for sid in ("ann lee", "ann_lee", "Bob", "bob", "ann.lee")])
+    out = tmp_path / "certs"
+    rows = issue_from_grades(grades, keys["priv"], "GPU Memory 101", out=out, png=False)
+    files = [r["file"] for r in rows]
+    assert len({f.casefold() for f in files}) == 5 and all(r["issued"] == "yes" for r in rows)
+    assert sorted(p.name for p in out.glob("*.html")) == sorted(files)
+    for r in csv.DictReader(open(out / "certificates.csv", encoding="utf-8")):
+        result = verify_certificate(out / r["file"], keys["pub"])
+        assert result.valid and result.certificate.id == r["id"]
+    # a clash of the short hash too is refused before anything is written, never overwritten
+    import gpumemlab.certificates.issue as issue
+    monkeypatch.setattr(issue, "certificate_stem", lambda sid: sid.lower().replace(" ", "_"))
+    with pytest.raises(CertificateError, match="same certificate file name"):
+        issue_from_grades(grades, keys["priv"], "X", out=tmp_path / "clash", png=False)
+    assert not (tmp_path / "clash").exists()

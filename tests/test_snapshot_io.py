@@ -196,3 +196,65 @@ def test_import_does_not_pull_torch():
     code = "import sys, gpumemlab.recordings.files; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _nested(depth):
+    value = "leaf"
+    for _ in range(depth):
+        value = {"x": [value]}
+    return value
+
+
+@pytest.mark.parametrize("where, fmt, words", [
+    (("device_traces", 0, 1, "size"), "pickle", r"device_traces\[0\]\[1\]\['size'\]: an integer of"),
+    (("device_traces", 0, 1, "size"), "json", r"device_traces\[0\]\[1\]\['size'\]: an integer of 5000"),
+    (("device_traces", 0, 1, "frames", 0, "line"), "json", r"\['frames'\]\[0\]\['line'\]"),
+    (("segments", 0, "blocks", 0, "requested_size"), "pickle", r"segments\[0\]\['blocks'\]\[0\]"),
+    (("device_traces", 0, 0, "user_metadata"), "json", r"\['user_metadata'\]: an integer"),
+])
+def test_a_5000_digit_integer_is_one_line_naming_the_entry(where, fmt, words):
+    # printing such an integer raises ValueError (over 4300 digits), and a pickle holds it fine
+    snap = small_snapshot()
+    snap["device_traces"][0][1]["frames"] = [dict(FRAME)]
+    target = snap
+    for key in where[:-1]:
+        target = target[key]
+    if fmt == "pickle":
+        target[where[-1]] = 10 ** 5000
+        data = pickle.dumps(snap)
+    else:
+        target[where[-1]] = "HUGE"
+        data = json.dumps(snap).replace('"HUGE"', "9" * 5000).encode()
+    with pytest.raises(SnapshotError, match=words) as err:
+        loads_snapshot(data, name=f"huge.{fmt}")
+    assert str(err.value).startswith(f"huge.{fmt}: ") and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "json"])
+@pytest.mark.parametrize("depth", [100, 400, 50_000])
+def test_deeply_nested_values_are_one_line_naming_the_entry(fmt, depth):
+    # 800 levels load but break whatever walks them recursively later (json.dumps, repr);
+    # the pure-Python unpickler builds 50,000 levels without complaint
+    snap = small_snapshot()
+    snap["device_traces"][0][1]["user_metadata"] = "DEEP"
+    if fmt == "json":
+        data = json.dumps(snap).replace('"DEEP"', '{"x": [' * depth + '0' + ']}' * depth).encode()
+    else:
+        body = pickle.dumps(snap, protocol=2)
+        deep = b"(" * depth + b"K\x00" + b"l" * depth   # MARK ... LIST, nested depth times
+        data = body.replace(b"X\x04\x00\x00\x00DEEP", deep)
+    with pytest.raises(SnapshotError) as err:
+        loads_snapshot(data, name=f"deep.{fmt}")
+    message = str(err.value)
+    assert message.startswith(f"deep.{fmt}: ") and "\n" not in message
+    assert "nested" in message
+    if depth < 1000:
+        assert message.startswith(f"deep.{fmt}: device_traces[0][1]['user_metadata']")
+
+
+def test_real_snapshots_pass_the_value_checks():
+    snap = small_snapshot()
+    snap["device_traces"][0][1]["user_metadata"] = _nested(20)
+    snap["device_traces"][0][0]["user_metadata"] = [2**64 - 1, -(2**64 - 1)]
+    for data in (pickle.dumps(snap), json.dumps(snap).encode()):
+        assert loads_snapshot(data)["device_traces"] == snap["device_traces"]

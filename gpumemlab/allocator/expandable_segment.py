@@ -5,12 +5,21 @@ and maps physical pages into it on demand: 2 MiB pages for the small pool, 20 Mi
 pool. ``map`` maps every page touched by a range, all or nothing; ``unmap`` releases only the
 pages lying wholly inside a range. The reservation is first fit, unless a replay dictated its
 base (``CudaDriver.reserve_next_va``).
+
+c10 keeps one optional handle per page (``handles_``). The model keeps the mapped pages as
+sorted, disjoint, non-touching ranges of page indices instead, so mapping or unmapping a range
+costs a bisection and a list edit whatever its length: a recording that maps terabytes in
+20 MiB pages replays in time proportional to its entries, not to its pages. The ranges are the
+same set of pages c10's handles hold.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+
 
 class ExpandableSegment:
-    __slots__ = ("driver", "stream", "segment_size", "max_handles", "ptr", "handles", "reserved")
+    __slots__ = ("driver", "stream", "segment_size", "max_handles", "ptr", "reserved",
+                 "_starts", "_ends")
 
     def __init__(self, driver, stream, address_space_size: int, segment_size: int):
         self.driver = driver
@@ -23,10 +32,20 @@ class ExpandableSegment:
         else:
             self.ptr = driver.reserve_va(self.size())
             self.reserved = self.size()  # address-space bytes claimed from the driver
-        self.handles = []  # True where a page is mapped
+        # mapped page indices: [_starts[i], _ends[i]) ascending, disjoint and never touching
+        self._starts = []
+        self._ends = []
 
     def size(self) -> int:
         return self.max_handles * self.segment_size
+
+    def mapped_pages(self) -> int:
+        """How many pages are mapped (c10: the handles that are set)."""
+        return sum(e - s for s, e in zip(self._starts, self._ends))
+
+    def mapped_ranges(self) -> list:
+        """The mapped pages as ``[(first page, end page), ...]`` in address order."""
+        return list(zip(self._starts, self._ends))
 
     def _segment_left(self, p: int) -> int:
         return (p - self.ptr) // self.segment_size
@@ -43,11 +62,22 @@ class ExpandableSegment:
         nbytes = (end - begin) * self.segment_size
         if not self.driver.can_allocate(nbytes):
             return self._range(begin, begin)
-        while len(self.handles) < end:
-            self.handles.append(False)
-        for i in range(begin, end):
-            assert not self.handles[i], "page already mapped"
-            self.handles[i] = True
+        starts, ends = self._starts, self._ends
+        i = bisect_right(starts, begin)  # ranges before i start at or before begin
+        assert (i == 0 or ends[i - 1] <= begin) and (i == len(starts) or end <= starts[i]), \
+            "page already mapped"
+        joins_left = i > 0 and ends[i - 1] == begin
+        joins_right = i < len(starts) and starts[i] == end
+        if joins_left and joins_right:
+            ends[i - 1] = ends[i]
+            del starts[i], ends[i]
+        elif joins_left:
+            ends[i - 1] = end
+        elif joins_right:
+            starts[i] = begin
+        else:
+            starts.insert(i, begin)
+            ends.insert(i, end)
         self.driver.used_bytes += nbytes
         return self._range(begin, end)
 
@@ -57,17 +87,26 @@ class ExpandableSegment:
         end = self._segment_left(ptr + size)
         if begin >= end:
             return ptr, 0
-        for i in range(begin, end):
-            assert self.handles[i], "page not mapped"
-            self.handles[i] = False
+        starts, ends = self._starts, self._ends
+        i = bisect_right(starts, begin) - 1  # the range that must hold every page
+        assert i >= 0 and end <= ends[i], "page not mapped"
+        first, last = starts[i], ends[i]
+        if first < begin and end < last:
+            ends[i] = begin
+            starts.insert(i + 1, end)
+            ends.insert(i + 1, last)
+        elif first < begin:
+            ends[i] = begin
+        elif end < last:
+            starts[i] = end
+        else:
+            del starts[i], ends[i]
         self.driver.used_bytes -= (end - begin) * self.segment_size
-        while self.handles and not self.handles[-1]:
-            self.handles.pop()
         return self._range(begin, end)
 
     def release(self) -> None:
         """Free the reserved address range (``~ExpandableSegment``)."""
-        assert not any(self.handles), "releasing an expandable segment with mapped pages"
+        assert not self._starts, "releasing an expandable segment with mapped pages"
         if self.reserved:
             self.driver.release_va(self.ptr, self.reserved)
 

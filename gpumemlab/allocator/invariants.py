@@ -84,7 +84,7 @@ def check_invariants(alloc) -> None:
             _require(head.ptr == es.ptr and sum(b.size for b in chain) == es.size(),
                      "expandable segment blocks do not cover its address range")
             mapped = sum(b.size for b in chain if b.mapped)
-            _require(mapped == sum(es.handles) * es.segment_size,
+            _require(mapped == es.mapped_pages() * es.segment_size,
                      "mapped blocks disagree with the expandable segment's mapped pages")
             for t in types:
                 count["reserved_bytes"][t] += mapped

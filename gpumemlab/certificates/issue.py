@@ -8,6 +8,7 @@ for several assignments is judged on the course total: sum of scores over sum of
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 import re
 from pathlib import Path
@@ -21,6 +22,28 @@ INDEX_COLUMNS = ["student_id", "name", "score", "max_score", "percent", "issued"
 
 def _stem(text: str) -> str:
     return re.sub(r"[^\w.@+-]", "_", text).strip("._")[:80] or "certificate"
+
+
+def certificate_stem(student_id: str) -> str:
+    """The file name (without suffix) of a student's certificate: the id made safe for a file
+    name, then 10 hex digits of the SHA-256 of the exact id. Two ids that read alike once made
+    safe ("ann lee", "ann_lee") or differ only in case ("Bob", "bob", one file on a
+    case-insensitive file system) still get different names, and a name already on disk was
+    written for this same id (re-issuing replaces that student's own certificate)."""
+    digest = hashlib.sha256(student_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{_stem(student_id)[:60]}-{digest}"
+
+
+def _check_unique_stems(students) -> None:
+    """Refuse, before anything is written, two students whose files would be one (the 40-bit
+    hash makes this all but impossible; the check makes it certain, case-insensitively)."""
+    seen = {}
+    for s in students:
+        key = certificate_stem(s["student_id"]).casefold()
+        if key in seen:
+            raise CertificateError(f"students {seen[key]!r} and {s['student_id']!r} would get "
+                                   f"the same certificate file name; nothing was issued")
+        seen[key] = s["student_id"]
 
 
 def check_threshold(threshold) -> float:
@@ -74,11 +97,13 @@ def read_grades(path, assignment=None) -> list:
 def issue_from_grades(grades, private_key, course, threshold=0.8, out="certificates",
                       issuer="", date=None, assignment=None, png=True, progress=None) -> list:
     """Sign a certificate for every student whose total reaches ``threshold``; write
-    ``OUT/<student_id>.html|.png|.json`` and ``OUT/certificates.csv`` (every student, issued or
-    not, with the IDs). One line per student goes to ``progress`` (a text stream)."""
+    ``OUT/<student_id>-<hash>.html|.png|.json`` (``certificate_stem``) and
+    ``OUT/certificates.csv`` (every student, issued or not, with the IDs and file names). One
+    line per student goes to ``progress`` (a text stream)."""
     threshold = check_threshold(threshold)
     key = load_private_key(private_key)
     students = read_grades(grades, assignment)
+    _check_unique_stems(students)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -88,7 +113,7 @@ def issue_from_grades(grades, private_key, course, threshold=0.8, out="certifica
         if s["max_score"] > 0 and frac + 1e-9 >= threshold and s["score"] <= s["max_score"]:
             cert = issue_certificate(s["name"], course, s["score"], s["max_score"], date, key,
                                      issuer=issuer)
-            paths = cert.write(out, _stem(s["student_id"]), png=png)
+            paths = cert.write(out, certificate_stem(s["student_id"]), png=png)
             row.update(issued="yes", id=cert.id, file=paths["html"].name)
             note = f"certificate {cert.id}"
         else:

@@ -9,6 +9,8 @@ import hashlib
 import os
 from pathlib import Path
 
+from gpumemlab.recordings.bounded_read import read_regular_file
+
 PRIVATE_NAME, PUBLIC_NAME = "certificate_signing_key.pem", "certificate_signing_key.pub.pem"
 
 
@@ -43,13 +45,8 @@ def generate_keypair(out_dir, overwrite: bool = False) -> tuple:
 def _read_key_bytes(key) -> bytes:
     if isinstance(key, bytes):
         return key
-    path = Path(key)
-    try:
-        if path.stat().st_size > 64 * 1024:
-            raise CertificateError(f"{path}: too large to be a PEM key")
-        return path.read_bytes()
-    except OSError as exc:
-        raise CertificateError(f"cannot read key {path}: {exc.strerror or exc}") from None
+    # by its size, without blocking: a key path may name /dev/zero or a FIFO too
+    return read_regular_file(str(Path(key)), 64 * 1024, CertificateError, "PEM key")
 
 
 def load_private_key(key):

@@ -35,6 +35,8 @@ _FIELDS = {"kind": str, "name": str, "course": str, "score": (int, float),
            "key_fingerprint": str, "id": str}
 
 
+from gpumemlab.recordings.bounded_read import read_regular_file  # noqa: E402
+
 from .keys import (CertificateError, generate_keypair, key_fingerprint,  # noqa: F401
                    load_private_key, load_public_key)
 from .render import extract_from_html, extract_from_png, html_mismatch, render_html, render_png
@@ -188,13 +190,7 @@ def load_certificate(path):
     """(Certificate, source kind, file text or None) from a .html, .json or .png file."""
 
     path = Path(path)
-    try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise CertificateError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB, not a "
-                                   "certificate")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise CertificateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = read_regular_file(str(path), MAX_FILE_BYTES, CertificateError, "certificate")
     if data.startswith(b"\x89PNG\r\n\x1a\n"):
         return certificate_from_dict(_parse_json(extract_from_png(data), path)), "png", None
     try:

@@ -3,7 +3,8 @@
 Each group module (``gpumemlab.cli.snapshots``, ``gpumemlab.cli.classroom``) defines
 ``register(subparsers)``, adding its subcommands with ``set_defaults(func=...)``. A ``func``
 returns the exit status. Errors meant for the user are raised as ``CLIError`` and printed as one
-line, never as a traceback.
+line, never as a traceback. Everything a command prints goes through ``gpumemlab.cli.output``'s
+cleaning writer.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import argparse
 import importlib
 import os
 import sys
+
+from .output import clean_output
 
 GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.classroom",
           "gpumemlab.cli.selftest")
@@ -42,21 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    try:
-        return int(args.func(args) or 0)
-    except CLIError as exc:
-        print(f"gpumemlab {args.command}: error: {exc}", file=sys.stderr)
-        return exc.status
-    except BrokenPipeError:          # e.g. piped into head: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit
-        return 0
-    except KeyboardInterrupt:
-        print("gpumemlab: interrupted", file=sys.stderr)
-        return 130
+    # strings from snapshots and certificates, and arguments echoed in usage errors, are
+    # printed without their terminal escapes
+    with clean_output():
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        try:
+            return int(args.func(args) or 0)
+        except CLIError as exc:
+            print(f"gpumemlab {args.command}: error: {exc}", file=sys.stderr)
+            return exc.status
+        except BrokenPipeError:          # e.g. piped into head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no error at exit
+            return 0
+        except KeyboardInterrupt:
+            print("gpumemlab: interrupted", file=sys.stderr)
+            return 130
 
 
 if __name__ == "__main__":

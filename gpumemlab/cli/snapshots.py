@@ -16,6 +16,7 @@ import sys
 import warnings
 
 from gpumemlab.cli import CLIError
+from gpumemlab.cli.output import raw_stream
 from gpumemlab.recordings.files import SnapshotError, SnapshotWarning, load_snapshot
 from gpumemlab.recordings.replay import ReplayError, replay, replay_devices
 from gpumemlab.units import format_size
@@ -80,11 +81,12 @@ def _progress(label):
     if not sys.stderr.isatty():
         return None
 
+    err = raw_stream(sys.stderr)     # the kit's own \r, past the cleaning writer
+
     def show(done, total):
         pct = 100.0 * done / total if total else 100.0
         end = "\n" if done >= total else ""
-        print(f"\r{label}: {done}/{total} entries ({pct:5.1f}%)", end=end, file=sys.stderr,
-              flush=True)
+        print(f"\r{label}: {done}/{total} entries ({pct:5.1f}%)", end=end, file=err, flush=True)
     return show
 
 

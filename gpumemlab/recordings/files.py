@@ -17,17 +17,18 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import stat
 import tempfile
 import warnings
 from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
 
+from .bounded_read import read_regular_file
 from .collector import collector_paused as _collector_paused
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
 from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
+from .value_checks import check_values, json_int
 
 __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot", "dump_snapshot",
            "normalize_snapshot", "TRACE_ACTIONS", "BLOCK_STATES"]
@@ -65,27 +66,8 @@ def load_snapshot(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     name = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
     if name is None:
         raise SnapshotError(f"load_snapshot expects a file path, got {type(path).__name__}")
-    try:
-        st = os.stat(name)
-    except FileNotFoundError:
-        raise SnapshotError(f"{name}: no such file") from None
-    except OSError as exc:
-        raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise SnapshotError(f"{name}: is a directory, not a snapshot file")
-    if not stat.S_ISREG(st.st_mode):   # /dev/zero never ends, a FIFO may never start
-        raise SnapshotError(f"{name}: is not a regular file (a device, FIFO or socket), not a "
-                            f"snapshot file")
-    if st.st_size > max_bytes:
-        raise SnapshotError(f"{name}: {st.st_size} bytes is larger than the {max_bytes}-byte "
-                            f"limit (pass max_bytes= to read it anyway)")
-    try:
-        with open(name, "rb") as f:
-            data = f.read(max_bytes + 1)
-    except OSError as exc:
-        raise SnapshotError(f"{name}: cannot read ({exc.strerror or exc})") from None
-    if len(data) > max_bytes:   # it grew while being read
-        raise SnapshotError(f"{name}: larger than the {max_bytes}-byte limit")
+    data = read_regular_file(name, max_bytes, SnapshotError, "snapshot file",
+                             " (pass max_bytes= to read it anyway)")
     return loads_snapshot(data, name=name)
 
 
@@ -115,6 +97,7 @@ def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
                                 f"torch.cuda.memory._dump_snapshot nor JSON)") from None
     # each container in the file costs at least a byte, so a walk longer than the file means
     # shared references were used to blow up the work (a crafted pickle)
+    check_values(raw, name, len(data) + 1000, SnapshotError)   # depth, huge integers
     snapshot, notes = normalize_snapshot(raw, source=name, _budget=len(data) + 1000)
     if notes:
         warnings.warn(f"{name}: " + "; ".join(notes), SnapshotWarning, stacklevel=3)
@@ -136,14 +119,18 @@ def _parse_pickle(data: bytes, name: str):
         raise SnapshotError(f"{name}: not a valid pickle ({type(exc).__name__}: {exc})") from None
 
 
-def _parse_json(data: bytes, name: str):
+def _parse_json(data: bytes, name: str, parse_int=None):
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), parse_int=parse_int)
     except UnicodeDecodeError:
         raise SnapshotError(f"{name}: JSON snapshot is not UTF-8 text") from None
     except RecursionError:
         raise SnapshotError(f"{name}: the JSON is nested too deeply") from None
     except ValueError as exc:
+        if parse_int is None and "integer string conversion" in str(exc):
+            # an integer of over 4300 digits: read it again, keeping such numbers unconverted,
+            # so that check_values names the entry (a hook on every number costs 25%)
+            return _parse_json(data, name, parse_int=json_int)
         raise SnapshotError(f"{name}: malformed JSON ({exc})") from None
 
 

@@ -35,7 +35,7 @@ from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
 from .bulk import gc_paused
 from .replay_pools import PoolRouter
-from .replay_releases import (_leave_pending, _release_recorded, _release_rest,
+from .replay_releases import (FreePages, _leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
 from .replay_result import ReplayError, ReplayResult, ReplayWarning, Timeline
 from .replay_setup import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
@@ -290,9 +290,11 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, rout
                 # the burst was inside that malloc, get_free_block had already failed on a
                 # superset of these free blocks, so the malloc goes on to the same cudaMalloc.
                 released = []
+                pages = FreePages(alloc)            # the burst's index of free pages
                 for k in range(i, j + 1):
                     ek = trace[k]
-                    blk = _release_recorded(alloc, ek["action"], translate(ek["addr"]), ek["size"])
+                    blk = _release_recorded(alloc, ek["action"], translate(ek["addr"]), ek["size"],
+                                            pages)
                     if blk is None:
                         segment_mismatches += 1
                     else:

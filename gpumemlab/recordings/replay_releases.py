@@ -7,9 +7,10 @@ from gpumemlab.allocator import K_SMALL_SIZE, round_size
 from gpumemlab.allocator.fit import oversize_allows
 
 
-def _release_recorded(alloc, action, addr, size):
+def _release_recorded(alloc, action, addr, size, pages=None):
     """Make the recorded release ``action`` at (translated) ``addr`` on the model; return the
-    released Block, or None when the model has nothing there that this release would free."""
+    released Block, or None when the model has nothing there that this release would free.
+    ``pages``: the burst's ``FreePages`` index (one is made when not given)."""
     pools = alloc.all_block_pools()   # default and private pools: a release names its address
     if action == "segment_free":
         # cudaFree of a whole free segment (release_block): its only block, free, at addr
@@ -23,21 +24,70 @@ def _release_recorded(alloc, action, addr, size):
                 return None
         return None
     # segment_unmap: unmap_block of the free expandable block whose whole pages are the range
-    for pool in pools:
-        for blk in list(pool.by_ptr.values()):
-            es = blk.expandable_segment
-            if es is None or not blk.ptr <= addr < blk.ptr + blk.size:
-                continue
-            page = es.segment_size
-            lo = es.ptr + -(-(blk.ptr - es.ptr) // page) * page
-            hi = es.ptr + (blk.ptr + blk.size - es.ptr) // page * page
-            if lo != addr or hi - lo != size:
-                return None
-            alloc.unmap_block(blk, None)
-            if blk.prev is None and blk.next is None:     # as release_blocks does
-                alloc.release_expandable_segment(blk)
+    blk = (pages or FreePages(alloc)).find(addr)
+    if blk is None or _whole_pages(blk) != (addr, size):
+        return None
+    alloc.unmap_block(blk, None)
+    if blk.prev is None and blk.next is None:     # as release_blocks does
+        alloc.release_expandable_segment(blk)
+    return blk
+
+
+def _whole_pages(blk):
+    """(address, bytes) of the whole pages inside a free expandable block (c10 unmap_block's
+    range); bytes <= 0 when it holds none."""
+    es = blk.expandable_segment
+    page = es.segment_size
+    lo = es.ptr + -(-(blk.ptr - es.ptr) // page) * page
+    hi = es.ptr + (blk.ptr + blk.size - es.ptr) // page * page
+    return lo, hi - lo
+
+
+class FreePages:
+    """The free expandable blocks of every pool by the first whole page they hold, built once
+    per release burst and only when a release does not start at a block's own address: each
+    recorded ``segment_unmap`` is then a dict lookup, not a copy and scan of every cached block.
+
+    Within a burst only its own releases change the model, and an unmap leaves every other
+    indexed block as it was (the pieces it cuts off before and after hold no whole page), so the
+    index stays good through the burst: a miss is a release the model cannot make, and a hit on
+    a block this burst already released is dropped. Neither rebuilds it, so a burst of many
+    releases the model cannot make costs one pass, not one per release."""
+
+    def __init__(self, alloc):
+        self.alloc = alloc
+        self.by_page = None
+
+    def find(self, addr):
+        """The free expandable block whose first whole page is at ``addr``, or None."""
+        pools = self.alloc.all_block_pools()
+        for pool in pools:    # the common case: the block starts on the page
+            blk = pool.by_ptr.get(addr)
+            if blk is not None:
+                return blk if blk.expandable_segment is not None else None
+        if self.by_page is None:
+            self.by_page = self._build(pools)
+        blk = self.by_page.get(addr)
+        if blk is None or self._current(blk, addr):
             return blk
-    return None
+        del self.by_page[addr]     # unmapped or released earlier in this burst
+        return None
+
+    @staticmethod
+    def _current(blk, addr) -> bool:
+        return (blk.pool.by_ptr.get(blk.ptr) is blk and blk.ptr <= addr < blk.ptr + blk.size
+                and _whole_pages(blk)[0] == addr)
+
+    @staticmethod
+    def _build(pools) -> dict:
+        by_page = {}
+        for pool in pools:
+            for blk in pool.by_ptr.values():
+                if blk.expandable_segment is not None:
+                    lo = _whole_pages(blk)[0]
+                    if lo < blk.ptr + blk.size:   # a page starts inside: one block per key
+                        by_page[lo] = blk
+        return by_page
 
 
 def _release_rest(alloc):

@@ -12,6 +12,12 @@ holes) are carved with the allocator's own moves: map the whole span with malloc
 malloc every piece in address order (one free block, so best fit has one choice), unmap the
 holes (``unmap_block``) while their neighbours are still held, and leave the free pieces to the
 caller to free last.
+
+Small-pool pages are carved 1 MiB a malloc (c10's small-pool limit), so the work of a rebuild
+follows the bytes a segment spans, which a few hundred bytes of file can set to terabytes. The
+mallocs of all small-pool rebuilds are therefore bounded by the size of what the snapshot
+describes (``SMALL_CHUNKS_BASE`` plus ``SMALL_CHUNKS_PER_PIECE`` per piece); a reservation
+past that bound is not rebuilt and is reported as a start problem.
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ __all__ = ["StartReservation", "scan_expandable", "build_expandable"]
 
 _LARGE_PAGE = K_LARGE_BUFFER    # c10 expandable segments map the large pool in 20 MiB pages
 _FAR = 1 << 40                   # a reservation spans about the card's memory: never a TiB away
+SMALL_CHUNKS_BASE = 16384        # 16 GiB of small-pool pages, carved whatever the snapshot
+SMALL_CHUNKS_PER_PIECE = 16      # and 16 MiB more for each block or gap it lists
 
 
 @dataclass
@@ -191,13 +199,28 @@ def build_expandable(alloc, reservations, translate, problems) -> list:
     driver, limit = alloc.driver, alloc.allowed_memory_maximum
     driver.other_bytes -= slack
     alloc.allowed_memory_maximum = None
+    budget = SMALL_CHUNKS_BASE + SMALL_CHUNKS_PER_PIECE * sum(len(r.pieces) for r in reservations)
     try:
         for r in reservations:
+            cost = _small_mallocs(r) if r.small else 0
+            if cost > budget:
+                problems.append(f"expandable segment {r.base:#x}: {cost} small-pool mallocs to "
+                                f"rebuild, more than the {budget} this snapshot's size allows; "
+                                f"not rebuilt")
+                continue
+            budget -= cost
             _build_one(alloc, r, translate, problems, held)
     finally:
         driver.other_bytes += slack
         alloc.allowed_memory_maximum = limit
     return held
+
+
+def _small_mallocs(r) -> int:
+    """How many 1 MiB mallocs rebuilding the small-pool reservation ``r`` makes."""
+    span = r.pieces[-1].address + r.pieces[-1].size - r.base
+    return -(-span // K_SMALL_SIZE) + sum(-(-p.size // K_SMALL_SIZE) for p in r.pieces
+                                          if not p.live)
 
 
 def _build_one(alloc, r, translate, problems, held):
