@@ -232,3 +232,15 @@ def test_no_empty_markdown_cell(name):
     for i, cell in enumerate(_read(name).cells):
         if cell.cell_type == "markdown":
             assert cell.source.strip("# \n"), f"{name} cell {i} is an empty markdown cell"
+
+
+def test_lesson_00_lists_the_curriculum_from_the_notebooks_present():
+    # the list is computed by a cell of lesson 00, never typed: run that cell's function here
+    cell = next(c for c in _code_cells(_read("00_setup")) if "def lesson_titles" in c.source)
+    namespace = {}
+    exec(cell.source.split("curriculum = ")[0], namespace)
+    titles = namespace["lesson_titles"](NOTEBOOK_DIR)
+    assert list(titles) == [name[:2] for name in CURRICULUM]
+    for name in CURRICULUM:
+        first_line = (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8").splitlines()[1]
+        assert first_line.endswith(titles[name[:2]]), (name, titles[name[:2]])
