@@ -138,7 +138,7 @@ import json
 import pathlib
 
 def lesson_titles(folder=None):
-    """{"NN": title} for every NN_topic.ipynb in `folder` (default: here), from its first cell."""
+    """{"NN": title} for every lesson notebook in `folder` (default: here), from its first cell."""
     titles = {}
     for path in sorted(pathlib.Path(folder or pathlib.Path.cwd()).glob("[0-9][0-9]_*.ipynb")):
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
