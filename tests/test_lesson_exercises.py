@@ -71,9 +71,12 @@ RIGHT["08.ex"] = _block_08
 
 
 def _smallest_card_09():
-    # bisect the card size on replays of the recording (to 1 MiB)
-    from gpumemlab.lessons.diagnose import fits_09
-    lo, hi = 1 << 30, 4 << 30          # does not fit / fits
+    # bisect the card size on replays of the recording (to 1 MiB), between the bytes the run
+    # allocated at its peak (cannot fit) and the recorded card (fits)
+    from gpumemlab.lessons.diagnose import fits_09, recording_09
+    from gpumemlab.recordings.replay import replay
+    recorded = replay(recording_09())
+    lo, hi = recorded.peak_allocated // (1 << 20) * (1 << 20), recorded.total_memory
     assert not fits_09(lo) and fits_09(hi)
     while hi - lo > (1 << 20):
         mid = (lo + hi) // 2 // (1 << 20) * (1 << 20)

@@ -189,3 +189,58 @@ def test_checks_sit_in_hidden_check_cells(name):
 @pytest.mark.parametrize("name", [n for n in _experiment_lessons() if n[:2] in WHATIF_LESSONS])
 def test_what_if_controls(name):
     assert any("gml.whatif(" in c.source for c in _code_cells(_read(name)))
+
+
+# ---- text belongs in markdown cells: a heading, a table or a paragraph written as `#` comments
+# in a code cell renders as grey code, and an empty markdown cell is a gap in the lesson
+_MD_HEADING_COMMENT = re.compile(r"^\s*#\s+#{1,6}\s")        # "# ## Choosing"
+_MD_TABLE_COMMENT = re.compile(r"^\s*#\s*\|.*\|\s*$")        # "# | symptom | try |"
+PROSE_RUN = 4   # this many comment lines in a row is a paragraph, not a remark on the code
+
+
+def _trapped_text(source: str) -> list:
+    found, run = [], []
+    for line in source.splitlines() + [""]:
+        if _MD_HEADING_COMMENT.match(line) or _MD_TABLE_COMMENT.match(line):
+            found.append(line.strip())
+        if line.lstrip().startswith("#"):
+            run.append(line)
+            continue
+        if len(run) >= PROSE_RUN:
+            found.append(f"{len(run)} comment lines from {run[0].strip()[:40]!r}")
+        run = []
+    return found
+
+
+def test_trapped_text_finder_sees_headings_tables_and_paragraphs():
+    assert _trapped_text("x = 1\n# ## Choosing\n") == ["# ## Choosing"]
+    assert _trapped_text("# | a | b |\n# |---|---|\n") == ["# | a | b |", "# |---|---|"]
+    assert len(_trapped_text("f()\n" + "# words\n" * PROSE_RUN)) == 1
+    assert _trapped_text("f()   # why\n# a remark\n# on two lines\ng()\n") == []
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_no_lesson_text_trapped_in_code_cells(name):
+    for i, cell in enumerate(_read(name).cells):
+        if cell.cell_type == "code":
+            trapped = _trapped_text(cell.source)
+            assert not trapped, f"{name} cell {i}: markdown written as comments: {trapped}"
+
+
+@pytest.mark.parametrize("name", CURRICULUM)
+def test_no_empty_markdown_cell(name):
+    for i, cell in enumerate(_read(name).cells):
+        if cell.cell_type == "markdown":
+            assert cell.source.strip("# \n"), f"{name} cell {i} is an empty markdown cell"
+
+
+def test_lesson_00_lists_the_curriculum_from_the_notebooks_present():
+    # the list is computed by a cell of lesson 00, never typed: run that cell's function here
+    cell = next(c for c in _code_cells(_read("00_setup")) if "def lesson_titles" in c.source)
+    namespace = {}
+    exec(cell.source.split("curriculum = ")[0], namespace)
+    titles = namespace["lesson_titles"](NOTEBOOK_DIR)
+    assert list(titles) == [name[:2] for name in CURRICULUM]
+    for name in CURRICULUM:
+        first_line = (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8").splitlines()[1]
+        assert first_line.endswith(titles[name[:2]]), (name, titles[name[:2]])

@@ -108,6 +108,8 @@ def test_a_wheel_installed_outside_the_checkout_has_the_quizzes_and_the_cli(tmp_
     wheel, = (tmp_path / "dist").glob("gpumemlab-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         banks = sorted(n for n in zf.namelist() if n.startswith("gpumemlab/quizkit/banks/"))
+        # lesson 09 diagnoses this recording when the learner has none of their own
+        assert "gpumemlab/lessons/data/training_run.pickle" in zf.namelist()
     assert [n.rsplit("/", 1)[1] for n in banks] == sorted(p.name for p in (ROOT / "quizzes").glob("*.yaml"))
 
     vpy, vsite = _fresh_venv(tmp_path / "venv", str(wheel))

@@ -106,3 +106,57 @@ def test_hash_depends_on_question_salt_and_normalised_answer():
     h = hash_answer("02.1", " (B) ", "salt")
     assert h == hash_answer("02.1", "b", "salt")
     assert h != hash_answer("02.2", "b", "salt") and h != hash_answer("02.1", "b", "pepper")
+
+
+# ---- keys fixed in issue 18: the right option checks right, the claim once keyed checks wrong
+def _letter(question, text_start):
+    options = question.data["options"]
+    found = [x for x, o in zip("abcdefgh", options) if o["text"].startswith(text_start)]
+    assert len(found) == 1, (question.id, text_start)
+    return found[0]
+
+
+@pytest.mark.parametrize("qid, right, once_keyed", [
+    # reserved - allocated holds no rounding slack: a live block is counted whole in allocated
+    ("03.1", "The bytes in cached free blocks", "Rounding slack"),
+    # the OOM retry frees whole free segments; free pieces of split segments stay
+    ("04.4", "When a cudaMalloc fails: it frees the cached segments that hold no live tensor",
+     "When a cudaMalloc fails: it frees every cached free block"),
+    # a fragmentation-driven OOM is fixed by a setting, not by cutting demand
+    ("07.3", "Set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "Lower the batch size"),
+    # paging leaves internal fragmentation: a sequence's last page is partly empty
+    ("08.1", "It stores the KV cache in fixed-size pages",
+     "It makes the KV pool free of fragmentation of every kind"),
+    # 09.4 asks about the allocator (the test at the OOM), not for an opinion
+    ("09.4", "The live tensors plus the request would fit", "memory_allocated() plus the request"),
+])
+def test_fixed_keys(qid, right, once_keyed):
+    from gpumemlab.quizkit.checker import evaluate
+
+    q = load_bank(qid[:2]).get(qid)
+    assert evaluate(q, _letter(q, right)).correct
+    assert not evaluate(q, _letter(q, once_keyed)).correct
+
+
+def test_fixed_explanations_say_what_c10_does():
+    release = load_bank("04").get("04.4").explanation
+    assert "max_split_size_mb" in release and "one fitting cached block" not in release
+    paging = load_bank("08").get("08.1").explanation
+    assert "internal fragmentation" in paging and "impossible" not in paging
+    gap = load_bank("03").get("03.1").explanation
+    assert "allocated counts it" in gap
+
+
+def test_reserved_minus_allocated_is_the_free_blocks_and_rounding_is_inside_allocated():
+    # what 03.1 keys, measured: rounding slack is allocated - requested, never reserved - allocated
+    from gpumemlab import SimulatedGPU
+
+    gpu = SimulatedGPU("8GiB", alloc_conf="")
+    held = [gpu.empty(n) for n in (1, 700_001, 19 * 1024**2 + 3)]  # the last: an unsplit 20 MiB
+    stats = gpu.memory_stats()
+    free_blocks = sum(b["size"] for s in gpu.memory_snapshot() for b in s["blocks"]
+                      if b["state"] == "inactive")
+    assert gpu.memory_reserved() - gpu.memory_allocated() == free_blocks
+    slack = stats["allocated_bytes.all.current"] - stats["requested_bytes.all.current"]
+    assert slack > 1024**2    # the 19 MiB tensor's block is the whole 20 MiB segment
+    del held

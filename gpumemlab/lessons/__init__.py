@@ -4,7 +4,8 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
 
 * ``caching_allocator`` (01), ``fragmentation`` (02), ``evidence`` (03), ``empty_cache`` (04),
   ``allocator_settings`` (05), ``expandable_segments`` (06), ``activations`` (07, with its model
-  ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09), ``memory_that_grows`` (10, with its
+  ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09, with ``training_run``, the torch loop
+  that made its recording in ``data/``), ``memory_that_grows`` (10, with its
   real torch loops ``growth_cases``), ``pools_and_graphs`` (11);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model

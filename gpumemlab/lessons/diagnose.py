@@ -1,24 +1,26 @@
-"""Lesson 09, diagnosing a run: its exercise (the smallest card a recorded run fits on with
-expandable segments).
+"""Lesson 09, diagnosing a run: the recording it diagnoses (``RECORDING``, a real torch
+training loop captured on the CPU and run on a simulated card until it failed; made by
+``training_run.py``, provenance in ``data/README.md``) and its exercise (the smallest card the
+recorded run fits on with expandable segments).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
 from gpumemlab.units import format_size, MiB
 
+RECORDING = Path(__file__).resolve().parent / "data" / "training_run.pickle"
 
 # -- 09: the smallest card a recorded run fits on, with expandable segments
-STEP_09 = 64 * MiB
+STEP_09 = 2 * MiB
 
 
 def recording_09() -> dict:
-    """Lesson 09's recording: the kit's seeded fragmentation OOM on a simulated 4 GiB card, as
-    the lesson makes it when the shipped file is missing (a snapshot with its trace)."""
-    from gpumemlab.devices.scenarios import fragmentation_oom
-    from gpumemlab.devices.simulated import SimulatedGPU
+    """Lesson 09's recording, loaded (a snapshot with its trace, ending in an OOM)."""
+    from gpumemlab.recordings.files import load_snapshot
 
-    gpu = SimulatedGPU("4GiB", alloc_conf="")
-    return fragmentation_oom(gpu, release=False).snapshot
+    return load_snapshot(RECORDING)
 
 
 def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
@@ -29,22 +31,23 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
 
 @exercise("09.ex", "the smallest card that runs it",
           "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose.recording_09(), "
-          "the same fragmentation OOM the lesson diagnoses) with expandable_segments:True on "
-          "smaller and smaller cards. What is the smallest card size on which it runs without "
-          "an OOM? Answer to within 64 MiB.",
-          "a size, like '3.5 GiB' or '3600 MiB'",
+          "the OOM the lesson diagnoses) with expandable_segments:True on smaller and smaller "
+          "cards. What is the smallest card size on which it runs without an OOM? Answer to "
+          "within 2 MiB.",
+          "a size, like '1.5 GiB' or '1500 MiB'",
           hints=("gml.replay(recording, alloc_conf='expandable_segments:True', "
                  "total_memory=size).oom is None means it fits.",
-                 "It fits on the recorded 4 GiB card; bisect below that.",
-                 "Your answer must fit, and 64 MiB less must not."),
-          stub="4 GiB")
+                 "It fits on the recorded card (gml.replay(recording).total_memory); bisect "
+                 "below that.",
+                 "Your answer must fit, and 2 MiB less must not."),
+          stub="1 GiB")
 def _judge_09(answer):
     size = size_answer(answer, name="the card size")
     if size < STEP_09:
-        return False, f"a {format_size(size)} card cannot hold the run's live tensors", {}
+        return False, f"a {format_size(size)} card is below the {format_size(STEP_09)} step", {}
     fits = fits_09(size)
     smaller = fits_09(size - STEP_09) if fits else None
-    figures = {"card_bytes": size, "fits": fits, "64MiB_less_fits": smaller}
+    figures = {"card_bytes": size, "fits": fits, "step_less_fits": smaller}
     if not fits:
         return False, f"on a {format_size(size)} card the replay runs out of memory", figures
     if smaller:

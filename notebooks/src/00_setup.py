@@ -130,11 +130,34 @@ print(f"matplotlib backend: {matplotlib.get_backend()}, ipywidgets {ipywidgets._
 # %% [markdown]
 # ## The curriculum
 #
-# 0. this setup check; 1. why a caching allocator; 2. fragmentation, the "5 GB free but 2 GB fails"
-# OOM; 3. reading the evidence (memory_summary, stats, snapshots); 4. `empty_cache`; 5. allocator
-# settings; 6. expandable segments; 7. activations, batch size and checkpointing on a real torch
-# model; 8. paged KV caches; 9. diagnose your own run.
-#
+# The lessons are meant to be taken in order. The cell below lists the notebooks in this folder,
+# each with the title of its first cell, so the list is always the one you have.
+
+# %%
+import json
+import pathlib
+
+def lesson_titles(folder=None):
+    """{"NN": title} for every lesson notebook in `folder` (default: here), from its first cell."""
+    titles = {}
+    for path in sorted(pathlib.Path(folder or pathlib.Path.cwd()).glob("[0-9][0-9]_*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        heading = next(c for c in cells if c["cell_type"] == "markdown")["source"]
+        first = (heading if isinstance(heading, str) else "".join(heading)).splitlines()[0]
+        titles[path.name[:2]] = first.lstrip("# ").split(" · ", 1)[-1]
+    return titles
+
+curriculum = lesson_titles()
+for number, title in curriculum.items():
+    print(f"{number}  {title}")
+if not curriculum:
+    print("no lesson notebooks in this folder: open this notebook from the kit's notebooks/ folder")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+from gpumemlab.quizkit.bank import quizzes_dir
+assert list(curriculum) == sorted(p.name[:2] for p in quizzes_dir().glob("[0-9][0-9]_*.yaml"))
+
+# %% [markdown]
 # Each notebook ends with a short quiz: widgets in JupyterLab, plain text when headless. Answer
 # in code with `gml.quiz.check("00.1", answer)`.
 

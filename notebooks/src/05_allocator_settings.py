@@ -159,9 +159,6 @@ assert runs[""]["num_alloc_retries"] > 0
 assert runs["garbage_collection_threshold:0.6"]["num_alloc_retries"] == 0
 assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 
-# %% [markdown]
-#
-
 # %%
 fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
                    labels=["defaults", "garbage_collection_threshold:0.6"])
@@ -264,7 +261,8 @@ controls = gml.whatif(variable_lengths,
                       total_memory=["8GiB", "1536MiB", "1280MiB"],
                       title="variable sequence lengths")
 controls
-#
+
+# %% [markdown]
 # ## Choosing
 #
 # | symptom in `memory_stats()` / the block map | try |

@@ -201,7 +201,8 @@ controls = gml.whatif(notebook_02_workload, at="end",
                       request=[2 * GiB, 3 * GiB, 4 * GiB, 5 * GiB],
                       title="notebook 02's workload")
 controls
-#
+
+# %% [markdown]
 # ## What it does not fix
 #
 # * **Live tensors still do not move.** Expandable segments remove the cost of free holes, not
