@@ -97,3 +97,25 @@ def test_player_over_a_replay_with_history():
     assert p.metrics()["reserved_bytes"] == result.snapshot["segments"][0]["total_size"] + sum(
         s["total_size"] for s in result.snapshot["segments"][1:])
     assert p.history.matches_final()
+
+
+def test_a_jump_back_reuses_its_layout_and_draws_the_same_frame(monkeypatch):
+    """A slider jump to a state whose segments were shown before reuses the kept axes and
+    background, and the frame is pixel for pixel the one a fresh player draws there."""
+    from gpumemlab.viz import live_player
+
+    gpu, _xs, _big = fragmenting_run()
+    snap = gpu.snapshot()
+    p = gml.player(snap, start=0)
+    first_layout = p._plan_key
+    p.goto(len(p) - 1)
+    assert p._plan_key != first_layout          # the segments changed along the way
+    drawn = []
+    monkeypatch.setattr(p, "_new_axes", lambda *a: drawn.append(a))
+    p.goto(0)
+    assert drawn == [] and p._plan_key == first_layout
+    assert p.png == gml.player(snap, start=0).png
+    # hidden layouts stay in the figure, bounded by LAYOUTS_KEPT
+    assert len(p._layouts) <= live_player.LAYOUTS_KEPT
+    visible = [ax for ax in p.figure.axes if ax.get_visible()]
+    assert set(visible) == set(p._map_axes) | {p.timeline_ax}

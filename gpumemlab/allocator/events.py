@@ -4,8 +4,12 @@ their events: ``insert_events_deferred_until_no_capture`` in pools.py).
 
 A block used on another stream (``record_stream``) is not reusable when it is freed: one event is
 recorded per stream that used it, and the block stays ``active_pending_free`` until every event has
-completed. The simulator has no GPU work queued, so an event counts as complete the next time the
-allocator looks (the next ``malloc``), or when ``empty_cache``/an OOM retry synchronizes.
+completed. The simulator runs no kernels: by default a stream has no work queued, so an event
+counts as complete the next time the allocator looks (the next ``malloc``), or when
+``empty_cache``/an OOM retry synchronizes. A stream marked busy (``busy_streams``: simulated work
+still running there, ``SimulatedGPU.launch``) answers "not ready" instead, as ``cudaEventQuery``
+returns ``cudaErrorNotReady``: ``process_events`` then stops at that stream's first event, as c10
+does, and its blocks stay pending until the stream is idle again or a synchronize waits for it.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ class EventsMixin:
 
     def _init_events(self) -> None:
         self.cuda_events = {}
+        self.busy_streams = set()   # streams with simulated work still running: events not ready
 
     def record_stream(self, block: Block, stream: int) -> None:
         """c10 ``recordStream``: the block is also used on ``stream``; on free it waits for it."""
@@ -58,24 +63,29 @@ class EventsMixin:
             self.cuda_events.setdefault(stream, []).append(block)
 
     def process_events(self, context) -> None:
-        """Outstanding events are complete by the next malloc: free their blocks."""
+        """c10 ``process_events`` (each malloc): per stream, complete events in record order and
+        free their blocks, stopping at a stream's first event that is not ready (a busy stream)."""
         if self.deferred_blocks:
             self.insert_events_deferred_until_no_capture(context)
         if self.cuda_events:
-            self._complete_all_events(context)
+            self._complete_events(context, skip=self.busy_streams)
 
     def synchronize_and_free_events(self, context) -> None:
-        """Wait for every outstanding event (``empty_cache``, the OOM retry)."""
+        """Wait for every outstanding event (``empty_cache``, the OOM retry): c10 synchronizes
+        each event, so the work of every stream is finished afterwards."""
         self.stats.num_sync_all_streams += 1
         self.insert_events_deferred_until_no_capture(context)
-        self._complete_all_events(context)
+        self.busy_streams.clear()
+        self._complete_events(context, skip=())
 
-    def _complete_all_events(self, context) -> None:
+    def _complete_events(self, context, skip) -> None:
         # Per stream in the order the events were recorded, as c10 walks cuda_events; a block
-        # becomes free when its last event completes.
+        # becomes free when its last event completes. A skipped stream's events all wait.
         events = self.cuda_events
-        self.cuda_events = {}
-        for blocks in events.values():
+        self.cuda_events = {s: blocks for s, blocks in events.items() if s in skip}
+        for stream, blocks in events.items():
+            if stream in skip:
+                continue
             for block in blocks:
                 block.event_count -= 1
                 if block.event_count == 0:

@@ -181,6 +181,19 @@ class CudaGPU(CudaPoolsAPI):
     def synchronize(self) -> None:
         self._torch.cuda.synchronize(self._dev)
 
+    def launch(self, stream: int = 0, seconds: float = 0.2) -> None:
+        """Queue real work on ``stream``: a kernel that spins for about ``seconds`` (torch's
+        ``torch.cuda._sleep``), so events recorded there are not ready meanwhile."""
+        torch = self._torch
+        s = self._stream(stream) or torch.cuda.default_stream(self._dev)
+        rate_khz = getattr(torch.cuda.get_device_properties(self._dev), "clock_rate", 1_500_000)
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(int(seconds * rate_khz * 1000))
+
+    def stream_synchronize(self, stream: int) -> None:
+        s = self._stream(stream) or self._torch.cuda.default_stream(self._dev)
+        s.synchronize()
+
     # ------------------------------------------------------------------ torch.cuda memory API
     def memory_allocated(self) -> int:
         return self._torch.cuda.memory_allocated(self._dev)

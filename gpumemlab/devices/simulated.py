@@ -198,9 +198,26 @@ class SimulatedGPU(PoolsAPI):
             with self._lock:
                 self.allocator.record_stream(allocation._block, stream)
 
+    def launch(self, stream: int = 0) -> None:
+        """Queue (simulated) kernel work on ``stream``: until ``synchronize()`` or
+        ``stream_synchronize(stream)``, events recorded on it are not ready, so blocks freed after
+        a ``record_stream(a, stream)`` stay pending free and are not reused (c10 ``process_events``
+        stops at the first event not ready). No kernel runs; only the allocator sees the work."""
+        if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+            raise ValueError(f"stream must be a non-negative int (0 = default stream), got {stream!r}")
+        with self._lock:
+            self.allocator.busy_streams.add(stream)
+
+    def stream_synchronize(self, stream: int) -> None:
+        """``torch.cuda.Stream.synchronize()``: the work launched on ``stream`` is finished."""
+        with self._lock:
+            self.allocator.busy_streams.discard(stream)
+
     def synchronize(self) -> None:
-        """``torch.cuda.synchronize()``: the simulator has no queued GPU work, so nothing to wait
-        for. (Blocks pending free are reclaimed by the next allocation, as in PyTorch.)"""
+        """``torch.cuda.synchronize()``: every stream's launched work is finished. (Blocks pending
+        free are then reclaimed by the next allocation, as in PyTorch.)"""
+        with self._lock:
+            self.allocator.busy_streams.clear()
 
     # ------------------------------------------------------------------ torch.cuda memory API
     def memory_allocated(self) -> int:

@@ -33,6 +33,7 @@ from .empty_cache import empty_cache_story
 from .memory_that_grows import growing_loop
 from .paged_kv_cache import kv_contiguous, kv_paged
 from .pools_and_graphs import graph_capture_order
+from .streams import record_stream_pending
 
 __all__ = ["Scenario", "SCENARIOS", "DEFAULT_BUDGET", "by_name", "run_simulated", "run_on_cuda",
            "selftest", "exit_status"]
@@ -136,6 +137,11 @@ SCENARIOS = [
              kwargs={"keep_outputs": False}, check=lambda r: _grows_by_one_output(r)),
     Scenario("graph_capture_order", "11", graph_capture_order, expect_oom=False,
              check=_largest_first_reserves_least),
+    Scenario("record_stream_pending", "12", record_stream_pending, expect_oom=False,
+             check=lambda r: _want("a block pending on a busy stream was reused, or a free one "
+                                   "after the synchronize was not",
+                                   not r.notes["reused_while_busy"]
+                                   and r.notes["reused_after_sync"])),
 ]
 
 

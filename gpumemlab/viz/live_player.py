@@ -28,6 +28,7 @@ from gpumemlab.viz.palette import BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDG
 from .metrics import fragmentation
 
 BLOCKMAP_SHARE = 0.62  # of the figure height; the timeline gets the rest
+LAYOUTS_KEPT = 32      # recent block-map layouts kept drawn (about 1.5 MB each at 72 dpi)
 
 
 def player(source, *, device=None, request=None, interval_ms: int = 400, dpi: int = 72,
@@ -117,7 +118,7 @@ class Player:
     # Text is what costs in Agg (a few ms a label), so a frame redraws only what changed: the
     # blocks, the timeline cursor and the title are drawn over a saved image of everything else
     # (axes, labels, legends, the timeline curves). The saved image is remade only when the
-    # panels change (a segment appears or goes).
+    # panels change (a segment appears or goes) to a layout not among the recent ones kept.
     def _build_figure(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -128,6 +129,7 @@ class Player:
                                         left=0.15, right=0.74, top=0.84, bottom=0.07, hspace=0.3)
         self._map_spec = grid[0]
         self._map_axes, self._data, self._plan_key, self._background = [], [], None, None
+        self._layouts = {}  # plan key -> (axes, background), least recently used first
         self.timeline_ax = self.figure.add_subplot(grid[1])
         draw_timeline(self.timeline_ax, [self._timeline], cursor=0)
         self._cursor = next(line for line in self.timeline_ax.lines if line.get_gid() == "cursor")
@@ -144,8 +146,7 @@ class Player:
         for artist in self._data:
             artist.remove()
         if key != self._plan_key:
-            self._new_axes(panels, segments, info, setup_panel)
-            self._plan_key = key
+            self._use_layout(key, panels, segments, info)
         self._data = []
         for ax, panel in zip(self._map_axes, panels):
             self._data += draw_panel_data(ax, panel, segments, info)
@@ -153,11 +154,28 @@ class Player:
             artist.set_animated(True)
         self.blockmap_info = info
 
-    def _new_axes(self, panels, segments, info, setup_panel) -> None:
+    def _use_layout(self, key, panels, segments, info) -> None:
+        """Show the panels' axes and background for ``key``: from the cache of recent layouts
+        (a jump back to a state with the same segments redraws no axis, label or legend), else
+        drawn anew and cached, the least recently used layout making room."""
+        for ax in self._map_axes:
+            ax.set_visible(False)   # kept in the figure, hidden, for a later jump back
+        cached = self._layouts.pop(key, None)
+        if cached is None:
+            self._new_axes(panels, segments, info)
+        else:
+            self._map_axes, self._background = cached
+            for ax in self._map_axes:
+                ax.set_visible(True)
+        self._layouts[key] = (self._map_axes, self._background)
+        while len(self._layouts) > LAYOUTS_KEPT:
+            for ax in self._layouts.pop(next(iter(self._layouts)))[0]:
+                ax.remove()
+        self._plan_key = key
+
+    def _new_axes(self, panels, segments, info) -> None:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
-        for ax in self._map_axes:
-            ax.remove()
         sub = self._map_spec.subgridspec(
             len(panels), 1, hspace=0.9,
             height_ratios=[max(1.0, min(6.0, 1 + 0.25 * len(p["rows"]))) for p in panels])

@@ -78,17 +78,25 @@ def _is_rows(obj) -> bool:
         and "reserved_bytes" in obj[0]
 
 
-def timeline(source, ax=None, *, labels=None, cursor=None):
+def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None):
     """Plot memory over the events of one run, or compare several runs (a list): one panel per
-    run with shared axes, or all in ``ax`` when one is given.
+    run with shared axes, or all in ``ax`` when one is given. With ``by`` ("frame", "category"
+    or "size"), one run's live allocations as stacked bands coloured by that key
+    (``gpumemlab.viz.active_timeline``).
 
     Args:
         labels: names for the runs when comparing (default: each run's label or alloc_conf).
         cursor: an event index to mark with a vertical line (the player's position).
+        by: colour each allocation's band by its allocating frame, category or size.
+        steps: event indices where steps begin (default, with ``by``: where the entries'
+            ``user_metadata`` changes).
 
     Returns:
         The matplotlib Figure (``fig.gml_timeline`` holds the plotted data).
     """
+    if by is not None:
+        from gpumemlab.viz.active_timeline import draw_active_timeline
+        return draw_active_timeline(source, ax, by=by, steps=steps)
     compare = isinstance(source, (list, tuple)) and not _is_rows(source) and bool(source) \
         and not isinstance(source[0], dict)
     runs = list(source) if compare else [source]

@@ -1,0 +1,96 @@
+"""The per-allocation timeline (gml.timeline(..., by=...)): bands stack, shift down when a block
+below them is freed, start at the left edge when alive before the recording, and are coloured
+by frame, category or size, with step marks from user_metadata."""
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+
+import gpumemlab as gml  # noqa: E402
+from gpumemlab.viz.active_timeline import bands  # noqa: E402
+
+MiB = 1 << 20
+
+
+def three_then_free_first():
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+    a = gpu.empty(3 * MiB)
+    b = gpu.empty(5 * MiB)
+    c = gpu.empty(7 * MiB)
+    a.free()
+    return gpu, (b, c)
+
+
+def test_bands_stack_and_shift_down_when_a_lower_one_is_freed():
+    gpu, _keep = three_then_free_first()
+    data = bands(gpu, by="size")
+    # the timeline's events are the trace's, less its "snapshot" markers (the last entry here)
+    events = [e for e in gpu.snapshot()["device_traces"][0] if e["action"] != "snapshot"]
+    allocs = [i for i, e in enumerate(events) if e["action"] == "alloc"]
+    freed = [i for i, e in enumerate(events) if e["action"] == "free_completed"]
+    by_size = {b["size"]: b for b in data["bands"]}
+    a, b, c = by_size[3 * MiB], by_size[5 * MiB], by_size[7 * MiB]
+    assert (a["start"], a["end"]) == (allocs[0], freed[0])
+    assert a["offsets"] == [(allocs[0], 0)]
+    assert b["offsets"] == [(allocs[1], 3 * MiB), (freed[0], 0)]
+    assert c["offsets"] == [(allocs[2], 8 * MiB), (freed[0], 5 * MiB)]
+    assert b["end"] == c["end"] == len(events)       # alive at the end
+    assert data["peak_allocated"] == 15 * MiB
+    assert {x["key"] for x in data["bands"]} == {"1 to 10 MiB"}
+
+
+def test_allocations_alive_before_the_recording_start_at_the_left_edge():
+    gpu, _keep = three_then_free_first()
+    snap = gpu.snapshot()
+    trace = snap["device_traces"][0]
+    first_free = next(i for i, e in enumerate(trace) if e["action"] == "free_requested")
+    snap["device_traces"][0] = trace[first_free:]      # recording began after the allocations
+    data = bands(snap, by="size")
+    assert sorted((x["start"], x["size"]) for x in data["bands"]) == \
+        [(-1, 3 * MiB), (-1, 5 * MiB), (-1, 7 * MiB)]
+    survivors = [x for x in data["bands"] if x["size"] != 3 * MiB]
+    assert all(x["offsets"][0][0] == -1 and len(x["offsets"]) == 2 for x in survivors)
+
+
+def test_frames_categories_and_step_marks_from_a_capture():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters())
+    with gml.capture(model, opt) as cap:
+        for i in range(2):
+            cap.set_memory_metadata(f"step {i}")
+            loss = model(torch.randn(32, 64)).sum()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    fig = gml.timeline(cap, by="category")
+    data = fig.gml_timeline
+    assert data["by"] == "category" and data["note"] == ""
+    assert {"parameter", "gradient", "optimizer_state"} <= set(data["colours"])
+    assert [m[1] for m in data["marks"]] == ["step 0", "step 1"] and data["step_note"] == ""
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "reserved" not in labels        # a CPU capture has no segments: nothing drawn
+    by_frame = gml.timeline(cap, by="frame").gml_timeline
+    assert any("test_viz_active_timeline.py" in k for k in by_frame["colours"])
+
+
+def test_no_frames_falls_back_to_size_and_says_how_to_mark_steps():
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="", record_frames=False)
+    xs = [gpu.empty(n * MiB) for n in (1, 2, 30)]
+    fig = gml.timeline(gpu, by="frame")
+    data = fig.gml_timeline
+    assert data["by"] == "size" and "no stack frames" in data["note"]
+    assert data["marks"] == [] and "_set_memory_metadata" in data["step_note"]
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "no stack frames" in texts and "_set_memory_metadata" in texts
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "reserved" in labels             # a simulated card reserved segments
+    del xs
+
+
+def test_bad_key():
+    with pytest.raises(ValueError, match="by must be one of frame, category, size"):
+        gml.timeline(gml.SimulatedGPU("1GiB"), by="colour")
