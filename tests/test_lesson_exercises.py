@@ -115,10 +115,21 @@ def test_the_grader_path_is_plain_json():
     assert not two.passed and "2 settings" in two.message
 
 
+@pytest.mark.parametrize("exercise", all_exercises(), ids=lambda e: e.id)
+def test_checking_the_shipped_stub_records_nothing_and_shows_no_hint(exercise, ex, capsys):
+    ex.check(exercise.id, exercise.stub)
+    out = capsys.readouterr().out
+    assert out.startswith(f"· {exercise.id} not tried yet") and "Hint" not in out
+    assert ex.progress().exercise(exercise.id) == {"attempts": 0, "passed": False}
+    assert "exercises" not in ex.progress().data
+
+
 def test_hint_ladder_and_raising_answers(ex, capsys):
-    ex.check("05.ex", "")
+    ex.check("05.ex", "")                     # the stub: no attempt yet
+    capsys.readouterr()
+    ex.check("05.ex", "expandable_segments:False")
     first = capsys.readouterr().out
-    assert first.startswith("✗ 05.ex not yet: under the defaults ('') the second 6 GiB")
+    assert first.startswith("✗ 05.ex not yet: under 'expandable_segments:False' the second 6 GiB")
     assert "Hint 1/3" in first and "Hint 2/3" not in first
     ex.check("05.ex", lambda: 1 / 0)
     second = capsys.readouterr().out

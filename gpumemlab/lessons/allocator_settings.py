@@ -12,6 +12,7 @@ import random
 from gpumemlab.devices.scenarios import _Run, mib_round
 from gpumemlab.quizkit.exercise_base import alloc_conf_answer, exercise, settings_count
 from gpumemlab.units import format_size, GiB, KiB, MiB
+from gpumemlab.quizkit.predict_rules import question
 
 
 # -- 05: make a workload fit an 8 GiB card with one setting
@@ -128,3 +129,10 @@ def variable_lengths(gpu, *, count: int = 300, seed: int = 0, release: bool = Tr
             run.free(alive.pop(rng.randrange(len(alive))), "a random one freed")
     run.rec.notes.update(per_token=per_token)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("05.p1", "choice",
+         choices=("defaults only", "max_split_size_mb:512 only", "both", "neither"))
+question("05.p2", "number", unit="retries")
+question("05.p3", "choice", choices=("lower", "the same", "higher"))

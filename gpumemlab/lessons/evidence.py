@@ -4,6 +4,7 @@ kit's seeded training-like state).
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import exact, exercise, sizes_answer
+from gpumemlab.quizkit.predict_rules import question
 
 
 # -- 03: read the evidence: the largest request the cache serves now
@@ -57,3 +58,8 @@ def _judge_03(answer):
                        f"{exact(round_size(size) + 512)}: there is a larger one"), figures
     return True, (f"{exact(size)} is served by a cached block, and "
                   f"{exact(round_size(size) + 512)} would need a cudaMalloc"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("03.p1", "number", unit="cudaMalloc calls")
+question("03.p2", "choice", choices=("load_model", "forward", "backward", "optimizer_step"))

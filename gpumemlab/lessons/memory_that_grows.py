@@ -14,6 +14,7 @@ import re
 
 from gpumemlab.units import format_size
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.predict_rules import question
 
 # method -> the arguments allowed, as written
 _METHODS = {"detach": ("",), "argmax": ("1", "dim=1", "-1", "dim=-1"), "tolist": ("",),
@@ -109,3 +110,10 @@ def _judge_10(answer):
         return False, f"the classes are right, but memory grows: {growth_text}", figures
     return True, (f"you keep a {figures['kept_type']} of Python ints a step and no bytes stay "
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("10.p1", "size")
+question("10.p2", "size")
+question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"))
+question("10.p4", "choice", choices=("steady", "leak", "new shapes", "fragmentation"))

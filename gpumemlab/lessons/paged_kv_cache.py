@@ -8,6 +8,7 @@ import random
 
 from gpumemlab.devices.scenarios import _Run, mib_round
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 08: size the KV cache blocks for a workload
@@ -104,3 +105,16 @@ def kv_paged(gpu, *, count: int = 60, seed: int = 0, block_tokens: int = 16, rel
         most = max(most, len(running))
     run.rec.notes.update(max_running=most, per_token=per_token, blocks=blocks)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("08.p1", "size", misconceptions=(
+    Misconception(lambda a: a // 2, "Half of it: every layer keeps a key AND a value vector "
+                  "per token."),
+    Misconception(lambda a: a * 2, "Twice too much: fp16 values take 2 bytes, not 4."),
+))
+question("08.p2", "number", unit="%", tolerance=0.05, tolerance_why="shown to one decimal",
+         misconceptions=(
+             Misconception(lambda a: 100, "Paging removes the reservation, not the last block: "
+                           "each request's last block is partly empty."),
+         ))

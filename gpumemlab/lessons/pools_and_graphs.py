@@ -8,6 +8,7 @@ from itertools import permutations
 
 from gpumemlab.units import MiB, format_size
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.predict_rules import question
 
 BATCHES_11 = (8, 4, 2, 1)
 CARD_11 = "8GiB"
@@ -76,3 +77,10 @@ def _judge_11(answer):
                       f"little as any order"), figures
     return False, (f"capturing {order} the shared pool reserves {format_size(mine)}; some order "
                    f"needs only {format_size(best)}"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("11.p1", "size")
+question("11.p2", "size")
+question("11.p3", "size")
+question("11.p4", "size")
