@@ -33,7 +33,7 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
           "the same fragmentation OOM the lesson diagnoses) with expandable_segments:True on "
           "smaller and smaller cards. What is the smallest card size on which it runs without "
           "an OOM? Answer to within 64 MiB.",
-          "a size, like '3.5 GiB' or '3600 MiB'",
+          "a size, like '2 GiB' or '2048 MiB'",
           hints=("gml.replay(recording, alloc_conf='expandable_segments:True', "
                  "total_memory=size).oom is None means it fits.",
                  "It fits on the recorded 4 GiB card; bisect below that.",
