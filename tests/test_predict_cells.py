@@ -134,3 +134,24 @@ def test_widget_view_records_through_the_same_model(predict, monkeypatch):
     assert "reserved after empty_cache?" in bundle["text/html"]
     assert "Your prediction: 4.00 MiB" in bundle["text/html"]
     assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == view.widget.model_id
+
+
+def test_every_lesson_question_is_registered_as_the_lesson_asks_it():
+    import ast
+    from pathlib import Path
+
+    import gpumemlab.lessons  # noqa: F401  (registers the lessons' questions)
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    asked = {}
+    for source in sorted((Path(__file__).parent.parent / "notebooks" / "src").glob("*.py")):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "gml.predict":
+                pid = node.args[0].value
+                kw = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                choices = tuple(kw.get("choices", ()))
+                asked[pid] = (kw.get("kind") or ("choice" if choices else "size"),
+                              kw.get("unit", ""), choices)
+    assert len(asked) >= 20
+    registered = {pid: (q.kind, q.unit, q.choices) for pid, q in QUESTIONS.items()}
+    assert registered == asked
