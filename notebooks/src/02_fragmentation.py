@@ -146,7 +146,7 @@ gml.reveal("02.p2", outcome)
 # Step by step: no cached block holds 2 GiB (step 1), the driver has less than 2 GiB free, so
 # `cudaMalloc` fails (step 3), and `release_cached_blocks` finds no wholly free segment to return
 # (our only segment holds live tensors), so the retry fails too (step 5). Passing `request=2 GiB`
-# to the block map asks where `get_free_block` would put the tensor, and what c10 does next:
+# to the block map asks the view where `get_free_block` would put the tensor:
 
 # %%
 fig = gml.show(sim, request=2 * GiB, title="8 GiB card: where would 2 GiB go?")
