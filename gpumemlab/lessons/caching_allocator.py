@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpumemlab.devices.scenarios import _chunk, _Run
 from gpumemlab.quizkit.exercise_base import exercise, sizes_answer
 from gpumemlab.units import format_size, MiB
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
@@ -65,9 +66,9 @@ question("01.p1", "number", unit="cudaMalloc calls", misconceptions=(
                   "share 2 MiB segments and requests under 10 MiB share 20 MiB ones."),
 ))
 question("01.p2", "size", misconceptions=(
-    Misconception(lambda a: a - 2 * MiB, "2 MiB short: either the 1-byte tensor's own 2 MiB "
+    Misconception(lambda a: a - K_SMALL_BUFFER, "2 MiB short: either the 1-byte tensor's own 2 MiB "
                   "small-pool segment, or the 100 MiB + 1 B tensor's segment, rounded up to a "
                   "multiple of 2 MiB (102 MiB)."),
-    Misconception(lambda a: a - 18 * MiB, "18 MiB short: a 1 MiB + 1 B request is large (over "
+    Misconception(lambda a: a - K_LARGE_BUFFER + K_SMALL_BUFFER, "18 MiB short: a 1 MiB + 1 B request is large (over "
                   "1 MiB), so it gets a 20 MiB segment, not a 2 MiB one."),
 ))

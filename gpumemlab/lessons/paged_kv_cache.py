@@ -121,6 +121,7 @@ question("08.p1", "size", misconceptions=(
 ))
 question("08.p2", "number", unit="%", tolerance=0.05, tolerance_why="shown to one decimal",
          misconceptions=(
-             Misconception(lambda a: 100, "Paging removes the reservation, not the last block: "
-                           "each request's last block is partly empty."),
+             Misconception(lambda a: 100, "Not all of it, even paged: each request's last block "
+                           "is only partly filled, and the table's other columns show what "
+                           "else holds no token state."),
          ))

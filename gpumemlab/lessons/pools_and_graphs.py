@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from gpumemlab.units import MiB
 from gpumemlab.quizkit.exercise_base import exact, exercise, size_answer
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 CARD_11 = "8GiB"
 
@@ -71,7 +71,24 @@ def _judge_11(answer):
 
 
 # -- the lesson's predict questions (see caching_allocator)
-question("11.p1", "size")
-question("11.p2", "size")
+def _largest_first(_actual) -> int:
+    gpu, graphs, outs = capture_graphs([8, 4, 2, 1])
+    return gpu.memory_reserved()
+
+
+question("11.p1", "size", misconceptions=(
+    Misconception(lambda a: 20 * MiB, "20 MiB is the live bytes (and what the small-first "
+                  "orders reserve): big first, the 12 MiB request (10 MiB or more) gets a "
+                  "segment of its own, and the two 4 MiB tensors then open a 20 MiB one."),
+))
+question("11.p2", "size", misconceptions=(
+    Misconception(lambda a: 8 * MiB, "The 8 MiB the eight tensors left in the small pool "
+                  "cannot serve a request over 1 MiB: 1 MiB + 1 B opens a 20 MiB large segment "
+                  "beside them."),
+))
 question("11.p3", "size")
-question("11.p4", "size")
+question("11.p4", "size", misconceptions=(
+    Misconception(_largest_first, "That is what the largest-first order reserves: smallest "
+                  "first, each larger capture finds only freed blocks too small for it and "
+                  "opens new segments."),
+))
