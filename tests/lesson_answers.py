@@ -11,7 +11,6 @@ RIGHT = {
     "01.ex": ["2 MiB", "3 MiB", 4 * MiB],
     "02.ex": [1, 2, 3, 6],
     "04.ex": [2],
-    "05.ex": "max_split_size_mb:512",
     "10.ex": "out.argmax(1).tolist()",
 }
 
@@ -25,6 +24,20 @@ def _largest_after_empty_cache():
 
 
 RIGHT["03.ex"] = _largest_after_empty_cache
+
+
+def _largest_max_split_05():
+    # bisect N on the simulator, between a setting that fits and one that does not
+    from gpumemlab.lessons.allocator_settings import run_05
+    lo, hi = 20, 8192
+    assert run_05(f"max_split_size_mb:{lo}")[1] is None and run_05(f"max_split_size_mb:{hi}")[1]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if run_05(f"max_split_size_mb:{mid}")[1] is None else (lo, mid)
+    return f"max_split_size_mb:{lo}"
+
+
+RIGHT["05.ex"] = _largest_max_split_05
 
 
 def _reserved_11():

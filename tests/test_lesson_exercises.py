@@ -36,12 +36,14 @@ def test_malformed_answers_are_failed_verdicts(exercise, bad):
 
 
 def test_the_grader_path_is_plain_json():
-    out = judge_json("05.ex", json.dumps("max_split_size_mb:512"))
+    right = RIGHT["05.ex"]()
+    out = judge_json("05.ex", json.dumps(right))
     assert json.loads(json.dumps(out)) == out and out["passed"] is True
-    assert out["figures"]["settings"] == 1
+    assert f"max_split_size_mb:{out['figures']['max_split_size_mb']}" == right
+    assert out["figures"]["next_fits"] is False
     assert judge_json("05.ex", "{not json")["passed"] is False
-    two = judge("05.ex", "max_split_size_mb:512,expandable_segments:True")
-    assert not two.passed and "2 settings" in two.message
+    two = judge("05.ex", right + ",expandable_segments:True")
+    assert not two.passed and "one max_split_size_mb:N setting" in two.message
 
 
 @pytest.mark.parametrize("exercise", all_exercises(), ids=lambda e: e.id)
@@ -56,9 +58,10 @@ def test_checking_the_shipped_stub_records_nothing_and_shows_no_hint(exercise, e
 def test_hint_ladder_and_raising_answers(ex, capsys):
     ex.check("05.ex", "")                     # the stub: no attempt yet
     capsys.readouterr()
-    ex.check("05.ex", "expandable_segments:False")
+    ex.check("05.ex", "max_split_size_mb:512")
     first = capsys.readouterr().out
-    assert first.startswith("✗ 05.ex not yet: under 'expandable_segments:False' the second 6 GiB")
+    assert first.startswith("✗ 05.ex not yet: it fits under 'max_split_size_mb:512', and under "
+                            "max_split_size_mb:513 too")
     assert "Hint 1/3" in first and "Hint 2/3" not in first
     ex.check("05.ex", lambda: 1 / 0)
     second = capsys.readouterr().out
@@ -66,10 +69,10 @@ def test_hint_ladder_and_raising_answers(ex, capsys):
     assert "Hint 2/3" in second
     ex.check("05.ex", "max_split_size_mb:10")
     assert "c10 would refuse 'max_split_size_mb:10'" in capsys.readouterr().out
-    ex.check("05.ex", RIGHT["05.ex"])
+    ex.check("05.ex", RIGHT["05.ex"]())
     assert capsys.readouterr().out.startswith("✓ 05.ex solved")
     assert ex.progress().exercise("05.ex") == {"attempts": 4, "passed": True,
                                                "solved_at_attempt": 4}
-    with pytest.raises(AssertionError, match="second 6 GiB"):
-        ex.assert_passes("05.ex", "")
-    ex.assert_passes("05.ex", RIGHT["05.ex"])
+    with pytest.raises(AssertionError, match="second 6 GiB tensor fails"):
+        ex.assert_passes("05.ex", "max_split_size_mb:8000")
+    ex.assert_passes("05.ex", RIGHT["05.ex"]())

@@ -235,9 +235,6 @@ def _exercise_answer_shown(text, answer, ex_id=None):
 # Exercises whose answer a lesson still shows, each with what is left to do; strict: the test
 # fails once it is fixed, so the entry goes.
 STILL_SHOWN = {
-    "05.ex": "any max_split_size_mb from 20 to 6144 MiB fits, and the lesson runs "
-             "max_split_size_mb:512 on the same pattern; the task should ask for a bound the "
-             "lesson does not show (its introduction is being moved out of a code cell)",
     "09.ex": "the smallest card is the peak reserved under expandable segments, rounded up: the "
              "lesson prints 3.52 GiB several times; the recording is being replaced, and the "
              "question must then ask for something its output does not show",
