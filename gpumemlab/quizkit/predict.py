@@ -189,7 +189,7 @@ class Predictions:
         return result
 
     def reveal(self, prediction_id: str, actual) -> None:
-        """Print the measured answer and how close the prediction was."""
+        """Print the measured answer and whether the prediction was right (and why not)."""
         print(self.judge(prediction_id, actual).text)
 
     def reset(self, notebook=None) -> None:
