@@ -47,8 +47,8 @@ _LAZY = {
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes
     "quiz": ("gpumemlab.quizkit", "quiz"),
-    "predict": ("gpumemlab.quizkit", "predict"),
-    "reveal": ("gpumemlab.quizkit", "reveal"),
+    "predict": ("gpumemlab.lessons", "predict"),
+    "reveal": ("gpumemlab.lessons", "reveal"),
     "exercise": ("gpumemlab.lessons", "exercise"),
     "whatif": ("gpumemlab.viz.whatif", "whatif"),
 }

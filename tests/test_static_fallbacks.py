@@ -80,9 +80,9 @@ def test_exported_html_shows_questions_and_the_player_frame(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cells = [
         f"import sys; sys.path.insert(0, {root!r})\nimport gpumemlab as gml",
-        "gml.predict('01.p1', 'How much is reserved after a 1-byte tensor?')",
+        "gml.predict('01.p2', 'How much is reserved after a 1-byte tensor?')",
         "gpu = gml.SimulatedGPU('1GiB', alloc_conf='')\nx = gpu.empty(1)\n"
-        "gml.reveal('01.p1', gpu.memory_reserved())",
+        "gml.reveal('01.p2', gpu.memory_reserved())",
         "gml.player(gpu)",
         "gml.quiz('02')",
     ]

@@ -13,16 +13,18 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
   the learner's own device beside the model's prediction.
 
-Importing this package registers every lesson's exercise, so ``get``, ``all_exercises``,
-``judge`` and ``judge_json`` (``quizkit.lesson_exercises``'s, re-exported) and ``exercise``
-(``gml.exercise``) know them all. It imports no torch: the models are imported when used.
+Importing this package registers every lesson's exercise and predict questions (their unit,
+tolerance and misconceptions: ``quizkit.predict_rules``), so ``predict`` and ``reveal``
+(``gml.predict``, ``gml.reveal``) read a prediction in its question's unit in any kernel, and
+``get``, ``all_exercises``, ``judge`` and ``judge_json`` (``quizkit.lesson_exercises``'s,
+re-exported) and ``exercise`` (``gml.exercise``) know them all. It imports no torch: the models are imported when used.
 """
 from __future__ import annotations
 
-from gpumemlab.quizkit import exercise
+from gpumemlab.quizkit import exercise, predict, reveal
 from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
 from . import (activations, allocator_settings, caching_allocator, diagnose,  # noqa: F401
                empty_cache, evidence, expandable_segments, fragmentation, memory_that_grows,
                paged_kv_cache, pools_and_graphs, streams)
 
-__all__ = ["exercise", "get", "all_exercises", "judge", "judge_json"]
+__all__ = ["exercise", "predict", "reveal", "get", "all_exercises", "judge", "judge_json"]

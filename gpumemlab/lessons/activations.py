@@ -10,6 +10,7 @@ import random
 from gpumemlab.devices.scenarios import _chunk, _Run
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.units import format_size, MiB
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 07: the largest batch that fits a card, with checkpointing
@@ -107,3 +108,13 @@ def _forward_backward(run, size, per_layer, checkpoint) -> bool:
         run.free(("out", i), f"backward layer {i}: output freed")
         run.free("grad", f"backward layer {i}: gradient passed on")
     return True
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("07.p1", "size")
+question("07.p2", "number", unit="times", tolerance=0.01,
+         tolerance_why="a ratio of two peaks, shown to 2 decimals", misconceptions=(
+             Misconception(lambda a: 4, "The activations grow 4 times with the batch, but the "
+                           "parameters and their gradients do not: the peak grows by less."),
+         ))
+question("07.p3", "number", unit="samples per batch")

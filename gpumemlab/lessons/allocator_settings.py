@@ -1,5 +1,5 @@
-"""Lesson 05, allocator settings: its exercise (one setting that makes a workload fit an 8 GiB
-card) and its selftest workloads: ``big_then_small`` (a big cached block nibbled by small
+"""Lesson 05, allocator settings: its exercise (the largest ``max_split_size_mb`` under which a
+workload fits an 8 GiB card) and its selftest workloads: ``big_then_small`` (a big cached block nibbled by small
 tensors, then the big request again: with ``max_split_size_mb`` the big block is oversize and is
 not split), ``growing`` (tensors that grow each step under a memory fraction; with
 ``garbage_collection_threshold`` old cache goes before the limit) and ``variable_lengths``
@@ -8,10 +8,12 @@ not split), ``growing`` (tensors that grow each step under a memory fraction; wi
 from __future__ import annotations
 
 import random
+import re
 
 from gpumemlab.devices.scenarios import _Run, mib_round
-from gpumemlab.quizkit.exercise_base import alloc_conf_answer, exercise, settings_count
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, alloc_conf_answer, exercise
 from gpumemlab.units import format_size, GiB, KiB, MiB
+from gpumemlab.quizkit.predict_rules import question
 
 
 # -- 05: make a workload fit an 8 GiB card with one setting
@@ -47,30 +49,43 @@ def run_05(conf: str):
     return gpu, None
 
 
-@exercise("05.ex", "one setting that makes it fit",
+def _max_split_answer(answer) -> int:
+    """``answer`` as the N of one ``max_split_size_mb:N`` setting c10 accepts."""
+    conf = alloc_conf_answer(answer)
+    found = re.fullmatch(r"\s*max_split_size_mb\s*:\s*(\d+)\s*", conf)
+    if not found:
+        raise AnswerShapeError(f"the task asks for one max_split_size_mb:N setting, got {conf!r}")
+    return int(found[1])
+
+
+@exercise("05.ex", "the largest max_split_size_mb that makes it fit",
           "On an 8 GiB card a 6 GiB tensor dies, four 200 MiB tensors arrive, then 6 GiB is "
           "needed again (gpumemlab.lessons.allocator_settings.big_small_big). With the defaults "
-          "the second 6 GiB runs out of memory. Find ONE PYTORCH_CUDA_ALLOC_CONF setting under "
-          "which it fits.",
-          "a settings string with one setting, like 'name:value'",
+          "the second 6 GiB runs out of memory; with max_split_size_mb:N it fits for some N. "
+          "What is the LARGEST N (in MiB) for which it fits? Work it out from the oversize rule, "
+          "then check.",
+          "one setting 'max_split_size_mb:N', N a whole number of MiB",
           hints=("Look at the block map after the four 200 MiB tensors: where did they go?",
-                 "A setting that stops big cached blocks from being split for smaller requests.",
-                 "max_split_size_mb:N marks blocks of N MiB or more as oversize: never split."),
+                 "max_split_size_mb:N marks cached blocks of N MiB or more as oversize: a smaller "
+                 "request never splits them.",
+                 "The cached 6 GiB block must stay whole for the second 6 GiB: up to which N is "
+                 "it still oversize?"),
           stub="")
 def _judge_05(answer):
-    conf = alloc_conf_answer(answer)
-    n = settings_count(conf)
+    n = _max_split_answer(answer)
+    conf = f"max_split_size_mb:{n}"
     gpu, oom = run_05(conf)
-    figures = {"alloc_conf": conf, "settings": n, "oom": oom,
-               "peak_reserved_bytes": gpu.max_memory_reserved()}
-    shown = repr(conf) if conf else "the defaults ('')"
+    bigger = run_05(f"max_split_size_mb:{n + 1}")[1] is None if oom is None else None
+    figures = {"alloc_conf": conf, "max_split_size_mb": n, "oom": oom,
+               "next_fits": bigger, "peak_reserved_bytes": gpu.max_memory_reserved()}
     if oom:
-        return False, f"under {shown} the second 6 GiB tensor fails: {oom}", figures
-    if n != 1:
-        return False, (f"it fits, but {shown} holds {n} settings; the task asks for exactly one"), \
-            figures
-    return True, (f"under {shown} the workload fits: peak reserved "
-                  f"{format_size(gpu.max_memory_reserved())} of {format_size(gpu.total_memory)}"), figures
+        return False, f"under {conf!r} the second 6 GiB tensor fails: {oom}", figures
+    if bigger:
+        return False, (f"it fits under {conf!r}, and under max_split_size_mb:{n + 1} too: a "
+                       f"larger N works"), figures
+    return True, (f"under {conf!r} the workload fits (peak reserved "
+                  f"{format_size(gpu.max_memory_reserved())} of {format_size(gpu.total_memory)}); "
+                  f"under max_split_size_mb:{n + 1} the second 6 GiB fails"), figures
 
 
 # -- the selftest workloads (run on the simulator and, with CUDA, on the real card)
@@ -128,3 +143,10 @@ def variable_lengths(gpu, *, count: int = 300, seed: int = 0, release: bool = Tr
             run.free(alive.pop(rng.randrange(len(alive))), "a random one freed")
     run.rec.notes.update(per_token=per_token)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("05.p1", "choice",
+         choices=("defaults only", "max_split_size_mb:512 only", "both", "neither"))
+question("05.p2", "number", unit="retries")
+question("05.p3", "choice", choices=("lower", "the same", "higher"))

@@ -7,6 +7,8 @@ from __future__ import annotations
 from gpumemlab.devices.scenarios import _chunk, _Run
 from gpumemlab.quizkit.exercise_base import exercise, sizes_answer
 from gpumemlab.units import format_size, MiB
+from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 01: three tensors, one shared 20 MiB segment
@@ -53,3 +55,20 @@ def cache_reuse(gpu, *, steps: int = 5, release: bool = True):
             run.free(i, f"step {step}: tensor {i} freed")
     run.rec.notes.update(sizes=list(sizes), steps=steps)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
+# kernel restart, and name the rule behind the usual wrong answers)
+question("01.p1", "number", unit="cudaMalloc calls", misconceptions=(
+    Misconception(lambda a: 360, "That is one cudaMalloc per tensor: the cache serves steps 2 to 10 "
+                  "from the blocks step 1 freed, without asking the driver again."),
+    Misconception(lambda a: 36, "Not even step 1 needs one cudaMalloc per tensor: small requests "
+                  "share 2 MiB segments and requests under 10 MiB share 20 MiB ones."),
+))
+question("01.p2", "size", misconceptions=(
+    Misconception(lambda a: a - K_SMALL_BUFFER, "2 MiB short: either the 1-byte tensor's own 2 MiB "
+                  "small-pool segment, or the 100 MiB + 1 B tensor's segment, rounded up to a "
+                  "multiple of 2 MiB (102 MiB)."),
+    Misconception(lambda a: a - K_LARGE_BUFFER + K_SMALL_BUFFER, "18 MiB short: a 1 MiB + 1 B request is large (over "
+                  "1 MiB), so it gets a 20 MiB segment, not a 2 MiB one."),
+))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
 from gpumemlab.units import format_size, MiB
+from gpumemlab.quizkit.predict_rules import question
 
 RECORDING = Path(__file__).resolve().parent / "data" / "training_run.pickle"
 
@@ -55,3 +56,8 @@ def _judge_09(answer):
                        f"{format_size(size - STEP_09)} too: a smaller card works"), figures
     return True, (f"it fits on {format_size(size)} and runs out of memory on "
                   f"{format_size(size - STEP_09)}"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"))
+question("09.p2", "number", unit="settings")

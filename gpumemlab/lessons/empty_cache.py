@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gpumemlab.devices.scenarios import _chunk, _Run
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.units import MiB
+from gpumemlab.units import GiB, MiB
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 04: when to call empty_cache: share the card, keep the cudaMalloc calls few
@@ -104,3 +105,16 @@ def empty_cache_story(gpu, *, release: bool = True):
     run.alloc("request", 3 * chunk, "a tensor three pieces long")
     run.rec.notes.update(chunk=chunk, reserved_after_empty_cache=after)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("04.p1", "size", misconceptions=(
+    Misconception(lambda a: 0, "empty_cache() releases only segments with no live block: one "
+                  "live byte pins its whole 2 MiB segment."),
+    Misconception(lambda a: 512, "The byte's block is 512 B, but the driver gives and takes "
+                  "whole segments: its 2 MiB segment stays."),
+))
+question("04.p2", "size", misconceptions=(
+    Misconception(lambda a: 4 * GiB, "empty_cache() returns whole segments only: the four free "
+                  "GiB are pieces of one 7 GiB segment that still holds live tensors."),
+))

@@ -1,9 +1,11 @@
-"""Lesson 03, reading the evidence: its exercise (the largest request the cache serves now, on the
-kit's seeded training-like state).
+"""Lesson 03, reading the evidence: its exercise (the largest request the cache still serves once
+``empty_cache()`` has handed back every segment without a live tensor, read from the kit's seeded
+training-like state).
 """
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import exact, exercise, sizes_answer
+from gpumemlab.quizkit.predict_rules import question
 
 
 # -- 03: read the evidence: the largest request the cache serves now
@@ -18,10 +20,12 @@ def evidence_state():
 
 
 def _from_cache(nbytes: int) -> bool:
-    """Does a request of ``nbytes`` on the evidence state need no new cudaMalloc?"""
+    """After the evidence state's ``empty_cache()``, does a request of ``nbytes`` need no new
+    cudaMalloc?"""
     from gpumemlab.devices.errors import OutOfMemoryError
 
     gpu, rec = evidence_state()
+    gpu.empty_cache()
     before = gpu.memory_stats()["num_device_alloc"]
     try:
         x = gpu.empty(nbytes)
@@ -31,15 +35,20 @@ def _from_cache(nbytes: int) -> bool:
     return gpu.memory_stats()["num_device_alloc"] == before
 
 
-@exercise("03.ex", "the largest tensor the cache serves now",
+@exercise("03.ex", "what the cache can still serve after empty_cache()",
           "Investigate the state left by gml.scenarios.train_step_like on a fresh 8 GiB "
-          "SimulatedGPU (release=False keeps its tensors). What is the largest request that "
-          "succeeds right now WITHOUT a new cudaMalloc? Use the evidence: the block map, "
-          "memory_stats(), gml.fragmentation.",
+          "SimulatedGPU (release=False keeps its tensors). Now suppose the program calls "
+          "empty_cache(), which hands back to the driver every cached segment that holds no "
+          "live tensor. What is then the largest request that succeeds WITHOUT a new "
+          "cudaMalloc? Read it from the evidence of the state before the call: the block map "
+          "and its segments.",
           "a size, like '37 MiB' or a number of bytes (to within 512 bytes)",
-          hints=("Only a cached free block can serve a request without a cudaMalloc.",
-                 "The request must fit in ONE free block of the right pool.",
-                 "gml.fragmentation(snapshot) names it: largest_request_now_bytes."),
+          hints=("Only a cached free block can serve a request without a cudaMalloc, and one "
+                 "request needs ONE free block.",
+                 "empty_cache() releases whole segments only: a segment that holds even one "
+                 "live block keeps all of its free blocks.",
+                 "In the block map (gml.show or gml.text_blockmap), look only at the segments "
+                 "that hold a live block: their largest free block is the answer."),
           stub="1 GiB")
 def _judge_03(answer):
     from gpumemlab.allocator.rounding import round_size
@@ -51,9 +60,15 @@ def _judge_03(answer):
     bigger = _from_cache(round_size(size) + 512) if fits else None
     figures = {"size": size, "fits_from_cache": fits, "next_size_fits": bigger}
     if not fits:
-        return False, f"a {exact(size)} request needs a new cudaMalloc (or fails)", figures
+        return False, (f"after empty_cache(), a {exact(size)} request needs a new cudaMalloc "
+                       f"(or fails)"), figures
     if bigger:
-        return False, (f"{exact(size)} fits from the cache, but so does "
+        return False, (f"after empty_cache(), {exact(size)} fits from the cache, but so does "
                        f"{exact(round_size(size) + 512)}: there is a larger one"), figures
-    return True, (f"{exact(size)} is served by a cached block, and "
+    return True, (f"after empty_cache(), {exact(size)} is served by a cached block, and "
                   f"{exact(round_size(size) + 512)} would need a cudaMalloc"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("03.p1", "number", unit="cudaMalloc calls")
+question("03.p2", "choice", choices=("load_model", "forward", "backward", "optimizer_step"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
 from gpumemlab.units import format_size, GiB, MiB
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 06: with expandable segments, the largest tensor that fits after the frees of lesson 02
@@ -57,3 +58,13 @@ def _judge_06(answer):
                        f"there is room for more"), figures
     return True, (f"{format_size(size)} fits and one page more ({format_size(size + PAGE_06)}) "
                   f"does not"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("06.p1", "number", unit="segments", misconceptions=(
+    Misconception(lambda a: 1, "The small pool and the large pool never share a segment: the "
+                  "1-byte tensor keeps its own 2 MiB one."),
+    Misconception(lambda a: 3, "Expandable segments map new pages into one growing segment per "
+                  "pool: the two large tensors share it."),
+))
+question("06.p2", "choice", choices=("yes", "no: out of memory"))

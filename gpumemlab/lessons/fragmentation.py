@@ -4,7 +4,8 @@ tensor fits from the cache).
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.units import format_size
+from gpumemlab.units import GiB, format_size
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 02: free four of seven 1 GiB tensors so that a 3 GiB tensor fits in the cache
@@ -54,3 +55,18 @@ def _judge_02(answer):
                        f"{format_size(largest)}: the 3 GiB tensor runs out of memory"), figures
     return True, (f"freeing {sorted(answer)} leaves a {format_size(largest)} free block: the "
                   f"3 GiB tensor fits from the cache"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("02.p1", "size", misconceptions=(
+    Misconception(lambda a: a - GiB, "1 GiB short: the driver still has the 1 GiB of the card "
+                  "that the 7 GiB segment did not take."),
+))
+question("02.p2", "choice",
+         choices=("yes, from the cache", "yes, with a new cudaMalloc", "no: out of memory"),
+         misconceptions=(
+             Misconception("yes, from the cache", "A request is served by ONE free block: the "
+                           "4 GiB free in the cache are 1 GiB pieces, each between live tensors."),
+             Misconception("yes, with a new cudaMalloc", "c10 asks the driver for a new 2 GiB "
+                           "segment, but the driver has only 1 GiB left: that cudaMalloc fails."),
+         ))

@@ -14,6 +14,7 @@ import re
 
 from gpumemlab.units import format_size
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.predict_rules import question
 
 # method -> the arguments allowed, as written
 _METHODS = {"detach": ("",), "argmax": ("1", "dim=1", "-1", "dim=-1"), "tolist": ("",),
@@ -115,6 +116,81 @@ def _judge_10(answer):
         return False, f"the classes are right, but memory grows: {growth_text}", figures
     return True, (f"you keep a {figures['kept_type']} of Python ints a step and no bytes stay "
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("10.p1", "size")
+question("10.p2", "size")
+question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"))
+question("10.p4", "choice", choices=("steady", "leak", "new shapes", "fragmentation"))
+
+
+# -- what the lesson prints of a loop: the leak as it runs, never its fix
+def _drop_fixed_conditionals(line: str) -> str:
+    """``a + (x.item() if fixed else x)`` -> ``a + x``; ``f(str(e) if fixed else e)`` -> ``f(e)``."""
+    marker = " if fixed else "
+    while marker in line:
+        at = line.index(marker)
+        start, depth = at, 0
+        while start > 0:
+            ch = line[start - 1]
+            depth += ch == ")"
+            depth -= ch == "("
+            if depth < 0 or (depth == 0 and ch in ", =+"):
+                break
+            start -= 1
+        end, depth = at + len(marker), 0
+        while end < len(line):
+            ch = line[end]
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth < 0 or (depth == 0 and ch in ", "):
+                break
+            end += 1
+        chosen = line[at + len(marker):end]
+        before, after = line[:start], line[end:]
+        if before.endswith(" (") and after.startswith(")"):      # a parenthesised conditional
+            before, after = before[:-1], after[1:]
+        line = before + chosen + after
+    return line
+
+
+def leaky_loop(fn) -> str:
+    """The loop of one of ``growth_cases``' loops as it runs by default (``fixed=False``, no
+    exercise ``keep``): its code from the ``capture(`` line on, with the branches that pick the
+    fixed variant or the exercise's expression left out, so that the lesson shows the leak
+    without giving away its fix."""
+    import inspect
+
+    lines = inspect.getsource(fn).splitlines()
+    lines = lines[next(i for i, line in enumerate(lines) if "capture(" in line):]
+    out, i, chain_dropped = [], 0, False
+    while i < len(lines):
+        line = _drop_fixed_conditionals(lines[i])
+        indent = len(line) - len(line.lstrip())
+        head = re.match(r"\s*(if|elif|else)\b(.*):", line)
+        body_end = i + 1
+        while body_end < len(lines) and (not lines[body_end].strip() or
+                                         len(lines[body_end]) - len(lines[body_end].lstrip())
+                                         > indent):
+            body_end += 1
+        if head and head[1] in ("if", "elif") and re.search(r"\b(fixed|keep)\b", head[2]):
+            chain_dropped = head[1] == "if" or chain_dropped
+            i = body_end                                          # drop the branch
+            continue
+        if head and head[1] == "elif" and chain_dropped:
+            out.append(line.replace("elif", "if", 1))
+            chain_dropped = False
+        elif head and head[1] == "else" and chain_dropped:       # the only branch left: inline it
+            out += [_drop_fixed_conditionals(b)[4:] for b in lines[i + 1:body_end]]
+            chain_dropped = False
+            i = body_end
+            continue
+        else:
+            out.append(line)
+            chain_dropped = False
+        i += 1
+    return "\n".join(line[4:] for line in out)
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)

@@ -1,4 +1,5 @@
-"""Lesson 08, the paged KV cache: its exercise (size the KV cache blocks for a workload) and its
+"""Lesson 08, the paged KV cache: its exercise (size the KV cache blocks for a workload the lesson
+does not sweep: short Alpaca-like requests) and its
 selftest workloads ``kv_contiguous`` / ``kv_paged`` (one request stream served from
 per-request contiguous KV buffers of exact length, or from one pool of blocks).
 """
@@ -8,34 +9,40 @@ import random
 
 from gpumemlab.devices.scenarios import _Run, mib_round
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
-# -- 08: size the KV cache blocks for a workload
+# -- 08: size the KV cache blocks for a workload the lesson does not sweep
 WASTE_LIMIT_08 = 0.05
 
 
 def waste_08(block_size: int) -> float:
-    """Share of KV memory lost to reserved-but-empty and internally fragmented slots when
-    lesson 08's workload (400 ShareGPT-like requests, seed 0, OPT-13B, 12 GiB) is served paged
-    with ``block_size`` tokens per block."""
+    """Share of KV memory lost to reserved-but-empty and internally fragmented slots when the
+    exercise's workload (400 Alpaca-like requests, seed 0, OPT-13B, 12 GiB: short instructions,
+    where the lesson sweeps long ShareGPT chats) is served paged with ``block_size`` tokens a
+    block."""
     from gpumemlab.kvcache.simulator import simulate
-    from gpumemlab.kvcache.workloads import sharegpt_like
+    from gpumemlab.kvcache.workloads import alpaca_like
 
-    shares = simulate("paged", sharegpt_like(400, seed=0), "12GiB", model="opt-13b",
+    shares = simulate("paged", alpaca_like(400, seed=0), "12GiB", model="opt-13b",
                       block_size=block_size).shares
     return shares["reserved"] + shares["internal_fragmentation"]
 
 
-@exercise("08.ex", "size the KV cache blocks",
-          "Lesson 08's workload (400 ShareGPT-like requests, seed 0, OPT-13B, 12 GiB of KV memory) "
-          "served by the paged strategy: choose the LARGEST block size, a power of two from 1 to "
-          "256 tokens, for which the slots held but not filled (reserved + internal "
-          "fragmentation) stay below 5 % of the KV memory. Larger blocks mean shorter block "
-          "tables and more efficient attention kernels.",
+@exercise("08.ex", "size the KV cache blocks for short requests",
+          "The lesson swept block sizes for long ShareGPT-like chats. Now serve 400 Alpaca-like "
+          "requests (kv.alpaca_like(400, seed=0): short instructions, about 19 tokens in and 58 "
+          "out) paged, OPT-13B, 12 GiB of KV memory: choose the LARGEST block size, a power of "
+          "two from 1 to 256 tokens, for which the slots held but not filled (reserved + "
+          "internal fragmentation) stay below 5 % of the KV memory. Larger blocks mean shorter "
+          "block tables and more efficient attention kernels.",
           "a power of two from 1 to 256 (tokens per block)",
-          hints=("A request wastes at most one partly filled block, its last one.",
-                 "The waste grows with the block size: the sweep table of the lesson shows it.",
-                 "Try kv.simulate('paged', workload, '12GiB', block_size=b).shares."),
+          hints=("A request wastes at most one partly filled block, its last one: about half a "
+                 "block on average.",
+                 "So the waste is about (block size / 2) / (mean request length): the chats of "
+                 "the sweep are about 500 tokens long, these requests about 78.",
+                 "Check your estimate: kv.simulate('paged', kv.alpaca_like(400, seed=0), "
+                 "'12GiB', block_size=b).shares."),
           stub=256)
 def _judge_08(answer):
     if isinstance(answer, bool) or not isinstance(answer, int) or answer < 1 or answer > 256 \
@@ -104,3 +111,17 @@ def kv_paged(gpu, *, count: int = 60, seed: int = 0, block_tokens: int = 16, rel
         most = max(most, len(running))
     run.rec.notes.update(max_running=most, per_token=per_token, blocks=blocks)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (see caching_allocator)
+question("08.p1", "size", misconceptions=(
+    Misconception(lambda a: a // 2, "Half of it: every layer keeps a key AND a value vector "
+                  "per token."),
+    Misconception(lambda a: a * 2, "Twice too much: fp16 values take 2 bytes, not 4."),
+))
+question("08.p2", "number", unit="%", tolerance=0.05, tolerance_why="shown to one decimal",
+         misconceptions=(
+             Misconception(lambda a: 100, "Not all of it, even paged: each request's last block "
+                           "is only partly filled, and the table's other columns show what "
+                           "else holds no token state."),
+         ))

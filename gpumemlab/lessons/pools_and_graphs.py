@@ -1,15 +1,13 @@
 """Lesson 11's workload and exercise: CUDA graphs for several batch sizes captured into one shared
-private pool, where the capture order decides how much the pool reserves. The judge runs the
-learner's order on a fresh ``SimulatedGPU`` and compares it with every order (see
-``lesson_exercises`` for the contract)."""
+private pool, where the capture order decides how much the pool reserves. The exercise asks what
+an order the lesson never runs reserves; the judge captures it on a fresh ``SimulatedGPU`` at
+judge time (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
-from itertools import permutations
+from gpumemlab.units import MiB
+from gpumemlab.quizkit.exercise_base import exact, exercise, size_answer
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
-from gpumemlab.units import MiB, format_size
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-
-BATCHES_11 = (8, 4, 2, 1)
 CARD_11 = "8GiB"
 
 
@@ -40,42 +38,60 @@ def capture_graphs(batches, share: bool = True, total_memory=CARD_11):
     return gpu, graphs, outs
 
 
-def reserved_for_order(batches) -> int:
-    gpu, graphs, outs = capture_graphs(batches)
+ORDER_11 = [4, 8, 2, 1]      # an order the lesson never runs: the exercise asks what it reserves
+
+
+@exercise("11.ex", "what a capture order reserves",
+          "Four CUDA graphs, for batch sizes 8, 4, 2 and 1, are captured one after the other into "
+          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs), in the order "
+          f"{ORDER_11}: the middle batch first. How much memory does the pool reserve once all "
+          "four are captured? Work it out from the segment rules and the captured step "
+          "(help(captured_step)), then check.",
+          "a size, like '94 MiB' or a number of bytes (exact: reserved memory is whole segments)",
+          hints=("Batch b's step asks for three temporaries of 3 MiB x b, freed at the end of its "
+                 "capture, and an output of 1 MiB x b that stays.",
+                 "The segment rules of lesson 01: a request of 10 MiB or more gets a segment of "
+                 "its own size (rounded up to 2 MiB); one between 1 and 10 MiB gets a 20 MiB "
+                 "segment that later such requests share.",
+                 "A freed block in the pool serves any later request up to its size, never a "
+                 "bigger one: go capture by capture and add up the segments each one needs."),
+          stub="0 MiB")
+def _judge_11(answer):
+    size = size_answer(answer, name="the reserved memory")
+    gpu, graphs, outs = capture_graphs(ORDER_11)
+    reserved = gpu.memory_reserved()
+    segments = len(gpu.memory_snapshot())
+    figures = {"answer_bytes": size, "order": ORDER_11, "segments": segments}
+    if size == reserved:
+        return True, (f"capturing {ORDER_11}, the shared pool reserves {exact(reserved)} in "
+                      f"{segments} segments"), figures
+    side = "less" if size > reserved else "more"
+    return False, (f"capturing {ORDER_11}, the shared pool reserves {side} than "
+                   f"{exact(size)}"), figures
+
+
+# -- the lesson's predict questions (see caching_allocator)
+def _largest_first(_actual) -> int:
+    gpu, graphs, outs = capture_graphs([8, 4, 2, 1])
     return gpu.memory_reserved()
 
 
-def _order_answer(answer) -> list:
-    if not isinstance(answer, list) or not all(isinstance(b, int) and not isinstance(b, bool)
-                                               for b in answer):
-        raise AnswerShapeError("the answer is a list of batch sizes, like [1, 2, 4, 8]")
-    if sorted(answer) != sorted(BATCHES_11):
-        raise AnswerShapeError(f"the list must hold each of the batch sizes {list(BATCHES_11)} "
-                               f"exactly once, got {answer}")
-    return answer
-
-
-@exercise("11.ex", "a capture order for a shared graph pool",
-          "Four CUDA graphs, for batch sizes 8, 4, 2 and 1, are captured one after the other into "
-          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs). Give an order of "
-          "capture under which the pool reserves as little as under any order.",
-          "a list of the four batch sizes, like [1, 2, 4, 8]",
-          hints=("Each capture's temporaries are freed into the pool when it ends: what can the "
-                 "next capture reuse?",
-                 "A cached block serves any request up to its size (and is split); never a "
-                 "bigger one.",
-                 "Capture the biggest batch first, then the smaller ones."),
-          stub=[1, 2, 4, 8])
-def _judge_11(answer):
-    order = _order_answer(answer)
-    mine = reserved_for_order(order)
-    best = min(reserved_for_order(list(p)) for p in permutations(BATCHES_11))
-    figures = {"order": order, "reserved_bytes": mine, "best_reserved_bytes": best}
-    if mine == best:
-        return True, (f"capturing {order} the shared pool reserves {format_size(mine)}, as "
-                      f"little as any order"), figures
-    return False, (f"capturing {order} the shared pool reserves {format_size(mine)}; some order "
-                   f"needs only {format_size(best)}"), figures
+question("11.p1", "size", misconceptions=(
+    Misconception(lambda a: 20 * MiB, "20 MiB is the live bytes (and what the small-first "
+                  "orders reserve): big first, the 12 MiB request (10 MiB or more) gets a "
+                  "segment of its own, and the two 4 MiB tensors then open a 20 MiB one."),
+))
+question("11.p2", "size", misconceptions=(
+    Misconception(lambda a: 8 * MiB, "The 8 MiB the eight tensors left in the small pool "
+                  "cannot serve a request over 1 MiB: 1 MiB + 1 B opens a 20 MiB large segment "
+                  "beside them."),
+))
+question("11.p3", "size")
+question("11.p4", "size", misconceptions=(
+    Misconception(_largest_first, "That is what the largest-first order reserves: smallest "
+                  "first, each larger capture finds only freed blocks too small for it and "
+                  "opens new segments."),
+))
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)

@@ -10,6 +10,7 @@ The simulated card runs no kernels: ``gpu.launch(stream)`` marks a stream busy u
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
+from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import KiB, MiB, format_size
 
 SIDE_STREAM = 1
@@ -84,3 +85,16 @@ def record_stream_pending(gpu, *, release: bool = True):
     reused_after = run.live["z"].address == first
     run.rec.notes.update(reused_while_busy=reused_busy, reused_after_sync=reused_after)
     return run.finish(release)
+
+
+# -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
+# kernel restart, and name the rule behind the usual wrong answers)
+question("12.p1", "choice", choices=("the freed tensor's address", "a new address"),
+         misconceptions=(
+    Misconception("a new address", "One stream runs its kernels in order, so a block freed on it "
+                  "can go to the next tensor of that stream at once: no event, no wait."),
+))
+question("12.p2", "size", misconceptions=(
+    Misconception(lambda a: a // 2, "That is one segment: x's block is pending free while the "
+                  "side stream is busy, so get_free_block does not see it and y opens a second."),
+))

@@ -1,7 +1,7 @@
 """The parts every lesson exercise is made of: ``LessonExercise`` (the task, the hint ladder, the
 stub the notebook ships, the judge), ``Verdict``, the ``exercise`` decorator that registers a judge,
 and ``plain`` (answers are plain JSON data); and the answer parsers judges share (``size_answer``,
-``sizes_answer``, ``alloc_conf_answer``, ``settings_count``, ``exact``). See ``lesson_exercises``
+``sizes_answer``, ``alloc_conf_answer``, ``exact``). See ``lesson_exercises``
 for the contract; the lessons' own exercises are in ``gpumemlab.lessons``.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class LessonExercise:
     expects: str            # the shape of the answer: "an alloc_conf string", ...
     judge: object           # (answer: plain data) -> (passed, message, figures)
     hints: tuple = ()       # the ladder: one more after each failed attempt
-    stub: object = None     # what the notebook ships; it must fail
+    stub: object = None     # what the notebook ships: it must fail; checking it is no attempt
 
 
 REGISTRY = {}
@@ -92,20 +92,6 @@ def sizes_answer(answer, count: int) -> list:
 def exact(n: int) -> str:
     """A size and its byte count, for answers judged to the byte."""
     return f"{format_size(n)} ({n:,} bytes)"
-
-
-def settings_count(conf: str) -> int:
-    """How many settings a ``PYTORCH_CUDA_ALLOC_CONF`` string holds (commas inside [] do not
-    separate settings)."""
-    depth, count, seen = 0, 0, False
-    for ch in conf:
-        depth += ch == "["
-        depth -= ch == "]"
-        if ch == "," and depth == 0:
-            count, seen = count + seen, False
-        elif not ch.isspace():
-            seen = True
-    return count + seen
 
 
 def alloc_conf_answer(answer) -> str:

@@ -8,13 +8,24 @@
 A failed attempt shows one more hint from the exercise's ladder; attempts are kept in the progress
 file (``exercises``). An answer that raises (code passed as a function) or has the wrong shape
 prints the learner's error and the next hint; nothing raises into the lesson, so the notebook runs
-on. ``assert_passes`` is for graded test cells; the classroom grader can instead send the plain
+on. The stub the lesson ships is no attempt: checking it says "not tried yet" and records nothing,
+so running a lesson top to bottom spends none of the learner's attempts and shows no hint. ``assert_passes`` is for graded test cells; the classroom grader can instead send the plain
 answer to ``lesson_exercises.judge_json`` outside the student's process.
 """
 from __future__ import annotations
 
-from .lesson_exercises import Verdict, get, judge
+from .lesson_exercises import AnswerShapeError, Verdict, get, judge, plain
 from .progress import Progress
+
+
+def is_stub(ex, answer) -> bool:
+    """Whether ``answer`` is the stub the lesson ships (not the learner's attempt)."""
+    if callable(answer):
+        return False
+    try:
+        return plain(answer) == plain(ex.stub)
+    except AnswerShapeError:
+        return False
 
 
 class Exercises:
@@ -48,8 +59,13 @@ class Exercises:
         return judge(ex.id, answer)
 
     def check(self, exercise_id: str, answer) -> None:
-        """Judge ``answer``, record the attempt, print the verdict and the next hint."""
+        """Judge ``answer``, record the attempt, print the verdict and the next hint. The
+        exercise's own stub is no attempt: running the lesson top to bottom records nothing."""
         ex = get(exercise_id)
+        if is_stub(ex, answer):
+            print(f"· {ex.id} not tried yet: the answer is still the stub the lesson ships "
+                  f"({ex.stub!r}); replace it with yours and run this cell again.")
+            return
         verdict = self.verdict(ex.id, answer)
         entry = self.progress().record_exercise(ex.id, verdict.passed)
         print(self.feedback(ex, verdict, entry))

@@ -4,54 +4,32 @@
     gml.predict("05.p2", "Which run OOMs?", choices=["defaults", "max_split_size_mb:512"])
     gml.predict("02.p1", "How many segments?", kind="number")
     ...                                              # the experiment runs
-    gml.reveal("01.p1", sim.memory_reserved())       # the simulator's number, and how close
+    gml.reveal("01.p1", sim.memory_reserved())       # the simulator's number: right or not
 
 The predict cell shows a text box (sizes take units: "2 GiB", "2048 MiB", "2097152") or a choice
 in ipywidgets; headless (``GPUMEMLAB_HEADLESS``, nbval, CI, a plain Python shell) it prints the
 question and moves on. ``gml.predict.answer(id, value)`` answers in code. A prediction is kept in
 the progress file (``predictions``), so the reveal cell finds it even after a kernel restart.
 The reveal cell runs whether or not there is a prediction, takes the right answer computed at run
-time (never typed into the lesson), and says how close the guess was. An unreadable prediction
-gets one line saying what was expected; nothing raises into the lesson.
+time (never typed into the lesson), and says whether the guess was right: exact quantities are
+right or wrong, and a wrong guess hears by how much and, where a known misconception explains the
+gap, the rule behind it (``predict_rules``). The lessons register their questions, so a restarted
+kernel still reads a prediction in the question's unit. An unreadable prediction gets one line
+saying what was expected; nothing raises into the lesson.
 """
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 
 from .progress import Progress
 
-KINDS = ("size", "number", "choice")
-CLOSE = 0.10   # within 10 % of the answer counts as close
+from .predict_rules import (KINDS, QUESTIONS, Misconception, Reveal, Spec,  # noqa: F401
+                            compare, show_value)
 
 
 class PredictionError(ValueError):
     """A prediction that is not a number, a size or one of the choices."""
-
-
-@dataclass(frozen=True)
-class Spec:
-    id: str
-    question: str
-    kind: str = "size"
-    choices: tuple = ()
-    unit: str = ""          # a word after numbers ("segments"), for kind "number"
-
-
-@dataclass(frozen=True)
-class Reveal:
-    """How a prediction compares with the measured answer (``verdict``: exact, close, off,
-    right, wrong or none)."""
-    id: str
-    actual: object
-    predicted: object
-    verdict: str
-    text: str
-    ratio: float = None     # predicted / actual, for numbers
-
-    def __str__(self):
-        return self.text
 
 
 def parse_prediction(spec: Spec, value):
@@ -74,11 +52,17 @@ def parse_prediction(spec: Spec, value):
             if isinstance(value, float) and value >= 0:
                 return round(value)
             if "whole number of bytes" in str(exc):   # "1.9 MiB": a guess, round it
-                number, unit = re.match(r"\s*([0-9.]+)\s*(\w*)", value).groups()
-                return round(float(number) * parse_size(f"1{unit}"))
+                found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
+                try:
+                    return round(float(found[1]) * parse_size(f"1{found[2]}"))
+                except (TypeError, ValueError):
+                    pass
             raise PredictionError(_expected(spec, value)) from None
+    text = str(value).replace(",", "").replace("_", "").strip()
+    if spec.unit and text.lower().endswith(spec.unit.lower()):   # "3 segments" for segments
+        text = text[: -len(spec.unit)].strip()
     try:
-        number = float(str(value).replace(",", "").replace("_", "").strip().rstrip("%"))
+        number = float(text.rstrip("%"))
     except ValueError:
         raise PredictionError(_expected(spec, value)) from None
     if number != number or number in (float("inf"), float("-inf")):
@@ -88,54 +72,10 @@ def parse_prediction(spec: Spec, value):
 
 def _expected(spec: Spec, value) -> str:
     if spec.kind == "size":
-        return f"expected a size such as '2 GiB', '2048 MiB' or a number of bytes; got {value!r}"
-    return f"expected a number{' of ' + spec.unit if spec.unit else ''}; got {value!r}"
-
-
-def show_value(spec: Spec, value) -> str:
-    from gpumemlab.units import format_size
-
-    if value is None:
-        return "nothing"
-    if spec.kind == "size":
-        return format_size(int(value))
-    if spec.kind == "number":
-        shown = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.3g}"
-        return shown + (f" {spec.unit}" if spec.unit else "")
-    return str(value)
-
-
-def compare(spec: Spec, predicted, actual) -> Reveal:
-    """Word how ``predicted`` compares with ``actual`` (no printing, no state)."""
-    shown = show_value(spec, actual)
-    if predicted is None:
-        return Reveal(spec.id, actual, None, "none",
-                      f"{spec.id}: the answer is {shown}. (No prediction recorded: predict in the "
-                      f"cell above, or gml.predict.answer({spec.id!r}, ...), then re-run this.)")
-    guess = show_value(spec, predicted)
-    if spec.kind == "choice":
-        right = str(predicted) == str(actual)
-        return Reveal(spec.id, actual, predicted, "right" if right else "wrong",
-                      f"{spec.id}: you predicted {guess}; the answer is {shown}: "
-                      f"{'right.' if right else 'not this time.'}")
-    if actual == 0:
-        exact = predicted == 0
-        ratio = None
-    else:
-        ratio = predicted / actual
-        exact = abs(ratio - 1) < 1e-9
-    if exact:
-        verdict, how = "exact", "exactly right."
-    elif ratio is not None and abs(ratio - 1) <= CLOSE:
-        verdict, how = "close", f"close: {100 * abs(ratio - 1):.1f} % " + \
-            ("over." if ratio > 1 else "under.")
-    elif ratio is not None and ratio > 0:
-        factor = ratio if ratio > 1 else 1 / ratio
-        verdict, how = "off", f"off by a factor of {factor:.2f} ({'too high' if ratio > 1 else 'too low'})."
-    else:
-        verdict, how = "off", f"off by {show_value(spec, abs(predicted - actual))}."
-    return Reveal(spec.id, actual, predicted, verdict,
-                  f"{spec.id}: you predicted {guess}; the simulator gives {shown}: {how}", ratio)
+        return (f"{spec.id} asks for a size, such as '2 GiB', '2048 MiB' or a number of bytes; "
+                f"got {value!r}")
+    unit = f" of {spec.unit}" if spec.unit else ""
+    return f"{spec.id} asks for a number{unit} (no size unit), such as 3; got {value!r}"
 
 
 class Predictions:
@@ -144,6 +84,7 @@ class Predictions:
     def __init__(self, progress_path=None):
         self._progress_path = progress_path
         self._specs = {}
+        self.revealed = {}      # id -> the answer revealed in this kernel (kept nowhere else)
 
     def progress(self) -> Progress:
         return Progress(self._progress_path)
@@ -173,14 +114,21 @@ class Predictions:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         if kind == "choice" and not choices:
             raise ValueError("a choice prediction needs choices=[...]")
-        spec = Spec(prediction_id, str(question), kind, tuple(choices or ()), unit)
+        known = QUESTIONS.get(prediction_id)
+        rules = {} if known is None or known.kind != kind else {
+            "tolerance": known.tolerance, "tolerance_why": known.tolerance_why,
+            "misconceptions": known.misconceptions}
+        spec = Spec(prediction_id, str(question), kind, tuple(choices or ()), unit, **rules)
         self._specs[spec.id] = spec
         return spec
 
     def spec(self, prediction_id: str, actual=None) -> Spec:
-        """The declared question, or one guessed from the progress file or ``actual``."""
+        """The question declared in this kernel, else the lessons' registered question (so a
+        restarted kernel keeps its unit), else one read from the progress file or ``actual``."""
         if prediction_id in self._specs:
             return self._specs[prediction_id]
+        if prediction_id in QUESTIONS:
+            return QUESTIONS[prediction_id]
         entry = self.progress().prediction(prediction_id) or {}
         kind = entry.get("kind") or ("choice" if isinstance(actual, str) else "number")
         return Spec(prediction_id, entry.get("question", ""), kind, tuple(entry.get("choices", ())),
@@ -203,6 +151,12 @@ class Predictions:
     def record(self, prediction_id: str, value) -> str:
         """Store ``value`` as the prediction; return the one-line feedback (never raises for a
         bad value: the line says what was expected, and the earlier prediction is kept)."""
+        if not isinstance(prediction_id, str):
+            return f"? prediction ids look like '01.p1'; got {prediction_id!r}"
+        if not (prediction_id in self._specs or prediction_id in QUESTIONS
+                or self.progress().prediction(prediction_id)):
+            return (f"? no question {prediction_id!r} was asked: run its predict cell first "
+                    f"(ids look like '01.p1')")
         spec = self.spec(prediction_id)
         try:
             parsed = parse_prediction(spec, value)
@@ -229,12 +183,13 @@ class Predictions:
         progress = self.progress()
         entry = progress.prediction(spec.id) or {}
         result = compare(spec, entry.get("value"), actual)
+        self.revealed[spec.id] = actual
         if entry.get("value") is not None:
             progress.record_prediction(spec.id, actual=actual, verdict=result.verdict)
         return result
 
     def reveal(self, prediction_id: str, actual) -> None:
-        """Print the measured answer and how close the prediction was."""
+        """Print the measured answer and whether the prediction was right (and why not)."""
         print(self.judge(prediction_id, actual).text)
 
     def reset(self, notebook=None) -> None:

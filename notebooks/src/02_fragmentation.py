@@ -60,7 +60,8 @@ assert sim.memory_reserved() == 7 * GiB and sim.memory_allocated() == 0
 segments_before = sim.memory_stats()["num_device_alloc"]
 blocks = [sim.empty(GiB) for _ in range(7)]
 for i, t in enumerate(blocks):
-    print(f"tensor {i}: address {t.address:#x}, offset {gml.format_size(t.address - blocks[0].address)}")
+    after = i and t.address == blocks[i - 1].address + blocks[i - 1].nbytes
+    print(f"tensor {i}: address {t.address:#x}" + (f", right after tensor {i - 1}" if after else ""))
 del t   # the loop variable still refers to tensor 6: drop it, or tensor 6 would never be freed
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -97,31 +98,32 @@ gml.reveal("02.p1", cached_free + driver_free)
 assert cached_free == 4 * GiB and driver_free == 1 * GiB
 
 # %% [markdown]
-# The block map draws it. Grey blocks are free and cached, blue ones are allocated; passing
-# `request=2 GiB` asks the view where `get_free_block` would put a 2 GiB tensor.
+# The block map draws it. Grey blocks are free and cached, blue ones are allocated.
 
 # %%
-fig = gml.show(sim, request=2 * GiB, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
-print(fig.gml_blockmap["request_text"])
+fig = gml.show(sim, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
 print(gml.text_blockmap(sim))
 fig
 
 # %% [markdown]
 # ## Step 4: ask for 2 GiB
 #
-# `DeviceCachingAllocator::malloc` tries, in order:
+# `DeviceCachingAllocator::malloc` tries, in order, until one step gives it a block:
 #
-# 1. `get_free_block`: a cached free block of at least 2 GiB on this stream? None, as the block map showed.
-# 2. `garbage_collect_cached_blocks`: only if `garbage_collection_threshold` is set (notebook 05). Not here.
-# 3. `alloc_block`: `cudaMalloc(2 GiB)`. The driver has less than that free. Fails.
+# 1. `get_free_block`: a cached free block of at least 2 GiB on this stream? (The block map
+#    answers that.)
+# 2. `garbage_collect_cached_blocks`: only if `garbage_collection_threshold` is set (notebook 05).
+#    It is not set here.
+# 3. `alloc_block`: `cudaMalloc(2 GiB)`, which works if the driver has 2 GiB free (the cell under
+#    `02.p1` printed what it has).
 # 4. `release_available_cached_blocks`: only frees oversize cached blocks when `max_split_size` is
-#    set (notebook 05). Not here.
+#    set (notebook 05). It is not set here.
 # 5. `release_cached_blocks` (what `empty_cache()` does): returns every *wholly free* segment to
-#    the driver, then `alloc_block` once more. Our only segment holds live tensors, so nothing
-#    is returned; the retry fails too.
-# 6. The allocator raises `OutOfMemoryError` with the message below.
+#    the driver, then tries `alloc_block` once more.
+# 6. If every step came back empty-handed, the allocator gives up and raises an error.
 #
-# Five GiB are free in total, and the request is for two. Your call:
+# Five GiB are free in total, and the request is for two. Walk the six steps on this card, then
+# make your call:
 
 # %% tags=["predict"]
 gml.predict("02.p2", "Does the 2 GiB request succeed?",
@@ -139,6 +141,17 @@ except gml.OutOfMemoryError as err:
 stats = sim.memory_stats()
 print(f"\nnum_alloc_retries = {stats['num_alloc_retries']}, num_ooms = {stats['num_ooms']}")
 gml.reveal("02.p2", outcome)
+
+# %% [markdown]
+# Step by step: no cached block holds 2 GiB (step 1), the driver has less than 2 GiB free, so
+# `cudaMalloc` fails (step 3), and `release_cached_blocks` finds no wholly free segment to return
+# (our only segment holds live tensors), so the retry fails too (step 5). Passing `request=2 GiB`
+# to the block map asks the view where `get_free_block` would put the tensor:
+
+# %%
+fig = gml.show(sim, request=2 * GiB, title="8 GiB card: where would 2 GiB go?")
+print(fig.gml_blockmap["request_text"])
+fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert outcome == "no: out of memory"

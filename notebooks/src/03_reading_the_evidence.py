@@ -269,11 +269,13 @@ print(gml.fragmentation(gpu.snapshot(), total_memory=gpu.total_memory))
 rec.held.clear()      # free the scenario's tensors
 
 # %% [markdown]
-# ## Exercise: the largest tensor the cache serves now
+# ## Exercise: what the cache still serves after `empty_cache()`
 #
 # The same scenario on a fresh 8 GiB simulated card, tensors kept. Investigate it with the tools
-# above and answer: what is the largest request that succeeds right now **without** a new
-# `cudaMalloc`? The check rebuilds the state and tries your size, and the next size up.
+# above. Then suppose the program calls `empty_cache()`, which hands back to the driver every
+# cached segment that holds no live tensor: what is the largest request that then succeeds
+# **without** a new `cudaMalloc`? Reason from the evidence of the state as it is; the check
+# rebuilds the state, calls `empty_cache()`, and tries your size and the next size up.
 
 # %% tags=["exercise"]
 gml.exercise("03.ex")

@@ -59,10 +59,10 @@ assert [pool_of[e["addr"]] for e in frees] == ["large", "large", "large", "small
 # The order is c10's: `release_cached_blocks` empties the large pool first, then the small pool,
 # and each pool is kept sorted by size, so the smallest large segment goes first.
 #
-# ## A single live tensor pins its segment
+# ## A single live tensor
 #
-# One 1-byte tensor lives in a 2 MiB small-pool segment. The rest of the segment is free. What
-# does `empty_cache()` leave reserved?
+# One 1-byte tensor lives in a small-pool segment; the rest of that segment is free. What does
+# `empty_cache()` leave reserved?
 
 # %% tags=["predict"]
 gml.predict("04.p1", "One live 1-byte tensor, then empty_cache(): how much stays reserved?")
@@ -82,17 +82,16 @@ assert pinned == 2 * MiB
 assert sim.memory_reserved() == 0
 
 # %% [markdown]
-# `release_blocks` frees only a block that is a whole segment (no neighbour): the 2 MiB segment
-# was split, its free part had the live byte as neighbour, so it stayed.
+# A single live tensor pins its segment: `release_blocks` frees only a block that is a whole
+# segment (no neighbour). The 2 MiB segment was split, its free part had the live byte as
+# neighbour, so it stayed.
 
 # %% [markdown]
 # ## It cannot fix fragmentation
 #
 # Rebuild the fragmented card of notebook 02: one 7 GiB segment, alternating free and live
-# 1 GiB blocks. All of the free cache sits inside that one segment, so `empty_cache()` has
-# nothing to return, and the 2 GiB request fails exactly as before. The fragmentation metrics
-# predicted it: `non_releasable_bytes` (PyTorch's `inactive_split_bytes`, the *Non-releasable
-# memory* row of `memory_summary`) is all of the free cache.
+# 1 GiB blocks, 4 GiB of them free and cached. Apply the rule you just saw (what
+# `release_blocks` frees) to this card before you run it.
 
 # %% tags=["predict"]
 gml.predict("04.p2", "On the fragmented card (4 GiB cached free), how much will empty_cache() return to the driver?")
@@ -121,6 +120,13 @@ try:
 except gml.OutOfMemoryError as err:
     failed = True
     print("still:", str(err).split(". If")[0])
+
+# %% [markdown]
+# All of the free cache sits inside the one 7 GiB segment, which still holds live tensors, so
+# `empty_cache()` has no whole free segment to return, and the 2 GiB request fails exactly as
+# before. The fragmentation metrics predicted it: `non_releasable_bytes` (PyTorch's
+# `inactive_split_bytes`, the *Non-releasable memory* row of `memory_summary`) is all of the free
+# cache.
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert card.memory_reserved() == reserved_before and failed

@@ -275,16 +275,16 @@ controls
 # Settings interact; always measure on your own workload. Notebook 09 shows how to replay a
 # recorded run under each setting instead of re-running the training.
 #
-# ## Exercise: one setting that makes it fit
+# ## Exercise: the largest `max_split_size_mb` that makes it fit
 #
 # On an 8 GiB card a 6 GiB tensor dies, four 200 MiB tensors arrive, then 6 GiB is needed again.
-# With the defaults the second 6 GiB tensor runs out of memory. Find **one**
-# `PYTORCH_CUDA_ALLOC_CONF` setting under which it fits; the check runs the workload under your
-# setting on the simulated GPU.
+# With the defaults the second 6 GiB tensor runs out of memory; with `max_split_size_mb:N` it
+# fits for some N. What is the **largest** N? Work it out from the oversize rule; the check runs
+# the workload under your setting, and under N + 1, on the simulated GPU.
 
 # %% tags=["exercise"]
 gml.exercise("05.ex")
-my_setting = ""            # change this: one setting, "name:value"
+my_setting = ""            # change this: "max_split_size_mb:N"
 gml.exercise.check("05.ex", my_setting)
 
 # %% [markdown]

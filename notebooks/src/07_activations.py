@@ -50,7 +50,8 @@ print(inspect.getsource(tiny_lm.record_step))
 
 # %%
 rec = record_step(batch=8)
-print(rec)
+# (print(rec) would also show the peak: the question below asks for it)
+print(f"captured: {rec.allocations} allocations, {len(rec.trace)} trace entries")
 for category, nbytes in rec.bytes_by_category().items():
     print(f"  {category:16} {gml.format_size(nbytes):>12} allocated over the step")
 

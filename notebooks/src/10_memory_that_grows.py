@@ -49,19 +49,20 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # report = gml.growth(rec)                          # on a GPU: gml.growth(torch.cuda.memory._snapshot())
 # ```
 #
-# The loops live in `gpumemlab/lessons/growth_cases.py`; `show_loop` prints each one.
+# The loops live in `gpumemlab/lessons/growth_cases.py`; `show_loop` prints each one from its
+# capture onwards, as it runs here: the lines that switch a loop to its fixed variant (which the
+# hidden checks run) are left out of the print, so the fixes are yours to find.
 
 # %%
 import inspect
 from gpumemlab.lessons import growth_cases as cases
+from gpumemlab.lessons.memory_that_grows import leaky_loop
 
 fmt = gml.format_size
 
 def show_loop(fn):
-    """Print a case's code from its capture onwards: the loop as it runs."""
-    lines = inspect.getsource(fn).splitlines()
-    start = next(i for i, line in enumerate(lines) if "capture(" in line)
-    print("\n".join(line[4:] for line in lines[start:]))
+    """Print a case's loop from its capture onwards, as it leaks."""
+    print(leaky_loop(fn))
 
 show_loop(cases.predictions_kept)
 
@@ -273,7 +274,7 @@ fig = shapes.figure(title="varying lengths: reserved steps up at each new longes
 fig
 
 # %% [markdown]
-# ## Fragmentation: the same step, more memory
+# ## The same step, more memory
 #
 # Now a healthy loop: a wider perceptron (256 → 768 → 1536 → 256), the same batch of 2,048
 # every step, the step written as a function so its tensors die when it returns. Step 1 asks

@@ -331,13 +331,15 @@ assert history[2][1] < history[1][1] and history[3][1] == 0
 # %% [markdown]
 # ## Exercise
 #
-# Four graphs for batch sizes 8, 4, 2 and 1 share one pool. Find a capture order that reserves
-# as little as any order can. The simulator tries your order and compares it with every order.
+# Four graphs for batch sizes 8, 4, 2 and 1 share one pool, captured in an order the lesson did
+# not run: 4 first, then 8, 2 and 1. How much does the pool reserve once all four are captured?
+# Work it out from the captured step and the segment rules before you run anything; the check
+# captures that order and compares.
 
 # %% tags=["exercise"]
 gml.exercise("11.ex")
-my_order = [1, 2, 4, 8]    # change me
-gml.exercise.check("11.ex", my_order)
+my_reserved = "0 MiB"      # change this: a size, e.g. "37 MiB", or bytes
+gml.exercise.check("11.ex", my_reserved)
 
 # %% [markdown]
 # ## On your GPU: graphs captured into one shared pool

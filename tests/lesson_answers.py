@@ -1,0 +1,114 @@
+"""One right answer per lesson exercise, for the tests. The judge itself (the simulator) decides
+whether it is right; every answer that is a figure of the simulator (a size, a batch, a block
+size) is found by running it (a bisection, a search, the metric that defines it), as a function
+computed when called. tests/test_lesson_exercises.py checks that the judge accepts each one;
+tests/test_lessons_give_nothing_away.py checks that no lesson prints it."""
+from __future__ import annotations
+
+from gpumemlab.units import MiB
+
+RIGHT = {
+    "01.ex": ["2 MiB", "3 MiB", 4 * MiB],
+    "02.ex": [1, 2, 3, 6],
+    "04.ex": [2],
+    "10.ex": "out.argmax(1).tolist()",
+}
+
+
+def _largest_after_empty_cache():
+    import gpumemlab as gml
+    from gpumemlab.lessons.evidence import evidence_state
+    gpu, _rec = evidence_state()
+    gpu.empty_cache()
+    return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
+
+
+RIGHT["03.ex"] = _largest_after_empty_cache
+
+
+def _largest_max_split_05():
+    # bisect N on the simulator, between a setting that fits and one that does not
+    from gpumemlab.lessons.allocator_settings import run_05
+    lo, hi = 20, 8192
+    assert run_05(f"max_split_size_mb:{lo}")[1] is None and run_05(f"max_split_size_mb:{hi}")[1]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if run_05(f"max_split_size_mb:{mid}")[1] is None else (lo, mid)
+    return f"max_split_size_mb:{lo}"
+
+
+RIGHT["05.ex"] = _largest_max_split_05
+
+
+def _reserved_11():
+    from gpumemlab.lessons.pools_and_graphs import ORDER_11, capture_graphs
+    gpu, _graphs, _outs = capture_graphs(ORDER_11)
+    return gpu.memory_reserved()
+
+
+RIGHT["11.ex"] = _reserved_11
+
+
+def _largest_06():
+    # bisect on the simulator: the largest request that fits (to 512 B)
+    from gpumemlab.lessons.expandable_segments import fragmented_06
+    lo, hi = 0, 8 << 30
+    while hi - lo > 512:
+        mid = (lo + hi) // 1024 * 512
+        lo, hi = (mid, hi) if fragmented_06("expandable_segments:True", request=mid)[2] \
+            else (lo, mid)
+    return lo
+
+
+RIGHT["06.ex"] = _largest_06()
+
+
+def _largest_batch_07():
+    # bisect on replays of the recorded step, between a batch that fits and one that does not
+    from gpumemlab.lessons.activations import exercise_card_07, fits_07
+    card = exercise_card_07()
+    lo, hi = 64, 128
+    assert fits_07(lo, True, card) and not fits_07(hi, True, card)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits_07(mid, True, card) else (lo, mid)
+    return lo
+
+
+RIGHT["07.ex"] = _largest_batch_07
+
+
+def _block_08():
+    # the largest power of two whose waste, simulated, stays under the limit
+    from gpumemlab.lessons.paged_kv_cache import WASTE_LIMIT_08, waste_08
+    return max(b for b in (1, 2, 4, 8, 16, 32, 64, 128) if waste_08(b) < WASTE_LIMIT_08)
+
+
+RIGHT["08.ex"] = _block_08
+
+
+def _smallest_card_09():
+    # bisect the card size on replays of the recording (to 1 MiB), between the bytes the run
+    # allocated at its peak (cannot fit) and the recorded card (fits)
+    from gpumemlab.lessons.diagnose import fits_09, recording_09
+    from gpumemlab.recordings.replay import replay
+    recorded = replay(recording_09())
+    lo, hi = recorded.peak_allocated // (1 << 20) * (1 << 20), recorded.total_memory
+    assert not fits_09(lo) and fits_09(hi)
+    while hi - lo > (1 << 20):
+        mid = (lo + hi) // 2 // (1 << 20) * (1 << 20)
+        lo, hi = (lo, mid) if fits_09(mid) else (mid, hi)
+    return hi
+
+
+RIGHT["09.ex"] = _smallest_card_09
+
+
+def _reserved_12():
+    # the loop itself, on a fresh card: what it reserves while the side stream is busy
+    from gpumemlab.devices.simulated import SimulatedGPU
+    from gpumemlab.lessons.streams import BUFFER_12, STEPS_12, side_stream_loop
+    return side_stream_loop(SimulatedGPU("8GiB", alloc_conf=""), STEPS_12, BUFFER_12)[0]
+
+
+RIGHT["12.ex"] = _reserved_12
