@@ -20,6 +20,7 @@ from html import escape
 
 from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap import blockmap_info, draw_panel_data, plan_panels, setup_panel
+from gpumemlab.viz.request_path import driver_room
 from gpumemlab.viz.describe import plus
 from gpumemlab.viz.history import History
 from gpumemlab.viz.memory_timeline import draw_timeline, timeline_data
@@ -138,7 +139,10 @@ class Player:
     def _draw_map(self) -> None:
         segments = self._segments
         panels = plan_panels(segments)
-        info = blockmap_info(panels, segments, self.history.rules, request=self.request)
+        room = None if self.request is None else driver_room(
+            None, segments, total_memory=self.total_memory, trace=[self.event])
+        info = blockmap_info(panels, segments, self.history.rules, request=self.request,
+                             room=room)
         key = tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
                      tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels)
         for artist in self._data:
