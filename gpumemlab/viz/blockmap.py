@@ -206,9 +206,11 @@ def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
     """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit)."""
     info = blockmap_info(panels, segments, rules, request=request, stream=stream,
                          highlight_largest=highlight_largest, room=room)
+    drawn = set()
     for ax, panel in zip(axes, panels):
         setup_panel(ax, panel, segments)
-        draw_panel_data(ax, panel, segments, info)
+        drawn |= {a.get_gid() for a in draw_panel_data(ax, panel, segments, info)}
+    info["drawn"] = drawn   # artist gids: the legend lists only these
     return info
 
 
@@ -342,7 +344,9 @@ def _outline(ax, row, offset, size, unit, colour, gid, width, hatch=None):
 
 def _legend_handles(info):
     from matplotlib.patches import Patch
-    handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
+    drawn = info.get("drawn")
+    handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
+               if drawn is None or f"blocks:{name}" in drawn]
     if info["expandable"]:
         handles.append(Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
                              label="expandable segment"))

@@ -9,7 +9,7 @@ result (an object with ``.timeline``: dicts with event, action, allocated_bytes,
 reserved_bytes, requested_bytes), such a list of dicts, or a list of any of these to compare.
 Compared runs are drawn as small multiples (one panel per run, shared axes) so that no curve
 hides another. The y axis is scaled to the data: a device capacity far above the curves (a
-replay's "unlimited" card) is named in the legend instead of stretching the axis.
+replay's "unlimited" card) is written at the top of the axes instead of stretching the axis.
 """
 from __future__ import annotations
 
@@ -163,10 +163,12 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                    label=f"device capacity {format_size(capacity)}")
     elif capacity:
         # a replay without a card size runs on a 4 TiB "unlimited" device: say so, not 4096 GiB
+        # written at the top of the axes, where a line would be, not a legend entry for nothing
         text = "no capacity limit (replayed without a card size)" if capacity >= UNLIMITED \
-            else f"device capacity {format_size(capacity)} (far above: not to scale)"
-        ax.plot([], [], color="black", ls="--", lw=0.8, gid="capacity_off_scale", label=text)
-        ax.set_ylim(top=1.08 * top / unit)
+            else f"device capacity {format_size(capacity)}: far above (not to scale) \u2191"
+        ax.annotate(text, xy=(0.99, 0.995), xycoords="axes fraction", ha="right", va="top",
+                    fontsize=7, gid="capacity_off_scale")
+        ax.set_ylim(top=1.12 * top / unit)
     if cursor is not None:
         ax.axvline(cursor, color="black", lw=1.0, gid="cursor")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -190,9 +192,11 @@ def _mark_events(ax, d, unit, *, colour, first) -> None:
     releases = [x for x, a in zip(d["event"], d["action"]) if a in RELEASE_ACTIONS]
     # a burst of segment_free entries is one empty_cache call: draw one rule per burst
     bursts = [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1]
+    # a rule is a release moment, not a segment: say how many of each
     for j, x in enumerate(bursts):
         ax.axvline(x, color="#999999", lw=0.8, gid="release",
-                   label="segments released" if first and j == 0 else None)
+                   label=f"{len(bursts)} release moment(s): {len(releases)} segment(s) freed or "
+                         f"unmapped" if first and j == 0 else None)
     ooms = [(x, r) for x, a, r in zip(d["event"], d["action"], d["reserved_bytes"]) if a == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [r / unit for _, r in ooms], marker="X", ms=9,
