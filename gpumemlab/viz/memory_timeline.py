@@ -188,10 +188,16 @@ def _peak(values) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
 
-def _mark_events(ax, d, unit, *, colour, first) -> None:
+def release_moments(d) -> tuple:
+    """(events of the release moments, events of every segment_free/segment_unmap) of one run's
+    ``timeline_data``: a burst of consecutive releases (one empty_cache call, or the OOM path
+    emptying the cache) is one moment, drawn as one grey rule."""
     releases = [x for x, a in zip(d["event"], d["action"]) if a in RELEASE_ACTIONS]
-    # a burst of segment_free entries is one empty_cache call: draw one rule per burst
-    bursts = [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1]
+    return [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1], releases
+
+
+def _mark_events(ax, d, unit, *, colour, first) -> None:
+    bursts, releases = release_moments(d)
     # a rule is a release moment, not a segment: say how many of each
     for j, x in enumerate(bursts):
         ax.axvline(x, color="#999999", lw=0.8, gid="release",

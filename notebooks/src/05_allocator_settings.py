@@ -165,11 +165,22 @@ assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 # %%
 fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
                    labels=["defaults", "garbage_collection_threshold:0.6"])
+from gpumemlab.viz.memory_timeline import release_moments
+moments = {d["label"]: release_moments(d) for d in fig.gml_timeline}
+for label, (rules, freed) in moments.items():
+    print(f"{label:34}: {len(freed)} segments freed in {len(rules)} release moments (grey rules)")
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+_freed = [len(f) for _, f in moments.values()]
+assert _freed == [runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
+assert all(len(r) <= len(f) for r, f in moments.values())
+
 # %% [markdown]
-# Both runs free the same number of segments (the `cudaFree` count above; the grey rules);
-# the difference is *how* and *when*. Without GC every release came from the emergency path (a
+# Both runs free the same number of segments (the `cudaFree` count above). A grey rule is not a
+# segment but a release moment: one rule for each burst of segments freed together (printed
+# above: the counts of rules differ, the segments freed do not). The difference is *how* and
+# *when*. Without GC every release came from the emergency path (a
 # failed `cudaMalloc`, a synchronization of the whole device, then a retry: the retry and sync
 # counts above), and reserved memory climbs to the 4 GiB limit before each release (the upper
 # panel's peaks). With GC the old blocks leave before the limit is reached, with no retry and
