@@ -146,6 +146,8 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                     label=f"{d['label']}: reserved (peak {format_size(peak)})")
             ax.plot(x, [v / unit for v in d["allocated_bytes"]], color=colour, lw=1.0, ls=":",
                     drawstyle="steps-post", gid=f"allocated:{i}", label=f"{d['label']}: allocated")
+            _last_step(ax, x, d["reserved_bytes"], unit, color=colour, lw=1.6)
+            _last_step(ax, x, d["allocated_bytes"], unit, color=colour, lw=1.0, ls=":")
         else:
             for name, (colour, label, style) in SERIES_STYLE.items():
                 if name != "requested_bytes" and d[name]:
@@ -155,6 +157,7 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                             ms=5, gid=f"peak:{name}", linestyle="none")
                 ax.plot(x, [v / unit for v in d[name]], color=colour, ls=style, lw=1.4,
                         drawstyle="steps-post", gid=name, label=label)
+                _last_step(ax, x, d[name], unit, color=colour, ls=style, lw=1.4)
         _mark_events(ax, d, unit, colour=COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
                      if compare else OKABE_ITO["vermillion"], first=(i == index))
     capacity = next((d["total_memory"] for d in data if d["total_memory"]), None)
@@ -181,6 +184,13 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+
+
+def _last_step(ax, x, values, unit, **style) -> None:
+    """Steps-post gives the last event no width: draw its value over one more event, so the
+    state after the last event (an OOM's request served, say) is seen, not a vertical hair."""
+    if x and values:
+        ax.plot([x[-1], x[-1] + 1], [values[-1] / unit] * 2, gid="last_step", **style)
 
 
 def _peak(values) -> int:

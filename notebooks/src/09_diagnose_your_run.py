@@ -204,7 +204,15 @@ print(f"defaults on a card of {gml.format_size(bigger.total_memory)}: {'OOM' if 
 # %%
 fig = gml.timeline([whatif[""], whatif["expandable_segments:True"], whatif["max_split_size_mb:512"]],
                    labels=["defaults", "expandable_segments:True", "max_split_size_mb:512"])
+es_t = whatif["expandable_segments:True"].timeline
+print(f"expandable_segments, the last request: reserved {gml.format_size(es_t.reserved[-2])} -> "
+      f"{gml.format_size(es_t.reserved[-1])}, allocated {gml.format_size(es_t.allocated[-2])} -> "
+      f"{gml.format_size(es_t.allocated[-1])} (the {gml.format_size(found['request'])} request served)")
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert es_t.allocated[-1] - es_t.allocated[-2] >= found["request"]     # the request is drawn, served
+assert es_t.reserved[-1] < es_t.reserved[-2]                           # the holes unmapped: reserved drops
 
 # %% [markdown]
 # One panel per setting, on one scale. Defaults: reserved memory stays at 3.5 GiB, one split
