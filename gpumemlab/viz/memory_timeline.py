@@ -51,6 +51,7 @@ def timeline_data(source, label=None) -> dict:
         "action": [row.get("action", "") for row in rows],
         **{name: [row.get(name, 0) or 0 for row in rows] for name in SERIES_STYLE},
         "total_memory": capacity if isinstance(capacity, int) else None,
+        "metadata": [str(row.get("user_metadata") or "") for row in rows],
     }
 
 
@@ -97,6 +98,11 @@ def timeline(source, ax=None, *, labels=None, cursor=None):
     data = [timeline_data(run, labels[i] if labels else None) for i, run in enumerate(runs)]
     for i, d in enumerate(data):
         d["label"] = d["label"] or (f"run {i}" if compare else "")
+    # runs of different lengths side by side: one x-axis in steps, when every run marks them
+    in_steps = compare and all(len(phases(d)) > 1 for d in data)
+    if in_steps:
+        for d in data:
+            to_steps(d)
     import matplotlib.pyplot as plt
     own = ax is None
     if own and compare:
@@ -106,6 +112,8 @@ def timeline(source, ax=None, *, labels=None, cursor=None):
         for i, (panel, d) in enumerate(zip(axes[:, 0], data)):
             draw_timeline(panel, [d], compare=True, cursor=cursor, index=i, top=top)
             panel.set_title(d["label"], fontsize=9, loc="left")
+            if in_steps:
+                _step_marks(panel, d)
             if i < len(data) - 1:
                 panel.set_xlabel("")
     else:
@@ -190,7 +198,8 @@ def _last_step(ax, x, values, unit, **style) -> None:
     """Steps-post gives the last event no width: draw its value over one more event, so the
     state after the last event (an OOM's request served, say) is seen, not a vertical hair."""
     if x and values:
-        ax.plot([x[-1], x[-1] + 1], [values[-1] / unit] * 2, gid="last_step", **style)
+        width = (x[-1] - x[0]) / (len(x) - 1) if len(x) > 1 else 1
+        ax.plot([x[-1], x[-1] + width], [values[-1] / unit] * 2, gid="last_step", **style)
 
 
 def _peak(values) -> int:
@@ -198,12 +207,56 @@ def _peak(values) -> int:
     return max(range(len(values)), key=values.__getitem__)
 
 
+def phases(d) -> list:
+    """(first row, end row, user_metadata) of each run of rows with one non-empty
+    ``user_metadata`` (``set_memory_metadata("step 3")``): the steps or phases a run marked."""
+    out, meta = [], d.get("metadata") or []
+    start = None
+    for i, m in enumerate(meta + [None]):
+        if start is not None and m != meta[start]:
+            out.append((start, i, meta[start]))
+            start = None
+        if start is None and m:
+            start = i
+    return out
+
+
+def to_steps(d) -> None:
+    """Put a run on an x-axis in steps: the rows of its k-th marked phase spread evenly over
+    [k, k + 1), rows before the first phase before 0 and after the last beyond it. The trace
+    entry of each point stays in ``d["entry"]``."""
+    marks = phases(d)
+    n = len(d["event"])
+    x = [0.0] * n
+    first, last = marks[0][0], marks[-1][1]
+    for k, (a, b, _) in enumerate(marks):
+        for i in range(a, b):
+            x[i] = k + (i - a) / (b - a)
+    for i in range(first):
+        x[i] = (i - first) / max(first, 1)
+    for i in range(last, n):
+        x[i] = len(marks) + (i - last) / max(n - last, 1)
+    d["entry"], d["event"], d["x_unit"] = d["event"], x, "step"
+
+
+def _step_marks(ax, d) -> None:
+    marks = phases(d)
+    for k, (_, _, meta) in enumerate(marks):
+        ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
+    ax.set_xticks(range(len(marks)) if len(marks) <= 30 else
+                  range(0, len(marks), max(1, len(marks) // 15)))
+    ax.set_xlabel(f"step (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
+                  f"a step's events spread evenly across it)", fontsize=8)
+
+
 def release_moments(d) -> tuple:
     """(events of the release moments, events of every segment_free/segment_unmap) of one run's
     ``timeline_data``: a burst of consecutive releases (one empty_cache call, or the OOM path
     emptying the cache) is one moment, drawn as one grey rule."""
-    releases = [x for x, a in zip(d["event"], d["action"]) if a in RELEASE_ACTIONS]
-    return [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1], releases
+    rows = [i for i, a in enumerate(d["action"]) if a in RELEASE_ACTIONS]
+    x = d["event"]
+    return [x[i] for j, i in enumerate(rows) if j == 0 or rows[j - 1] != i - 1], \
+        [x[i] for i in rows]
 
 
 def _mark_events(ax, d, unit, *, colour, first) -> None:

@@ -97,12 +97,10 @@ gml.reveal("02.p1", cached_free + driver_free)
 assert cached_free == 4 * GiB and driver_free == 1 * GiB
 
 # %% [markdown]
-# The block map draws it. Grey blocks are free and cached, blue ones are allocated; passing
-# `request=2 GiB` asks the view where `get_free_block` would put a 2 GiB tensor.
+# The block map draws it. Grey blocks are free and cached, blue ones are allocated.
 
 # %%
-fig = gml.show(sim, request=2 * GiB, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
-print(fig.gml_blockmap["request_text"])
+fig = gml.show(sim, title="8 GiB card: 4 GiB cached free, in 1 GiB pieces")
 print(gml.text_blockmap(sim))
 fig
 
@@ -144,6 +142,21 @@ gml.reveal("02.p2", outcome)
 assert outcome == "no: out of memory"
 assert "Tried to allocate 2.00 GiB" in message
 assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
+
+# %% [markdown]
+# Passing `request=2 GiB` asks the block map what c10's malloc would do with a 2 GiB tensor:
+# where `get_free_block` would put it, or, when no cached block fits, what the driver, the
+# release of the cache and the retry would give. Its caption walks the path you just saw fail.
+
+# %%
+fig = gml.show(sim, request=2 * GiB, title="8 GiB card, asked for 2 GiB")
+print(fig.gml_blockmap["request_text"])
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+_verdict = fig.gml_blockmap["request_text"]
+assert "cudaMalloc(2.00 GiB) fails: the driver has 1024.00 MiB free" in _verdict
+assert "none here: every segment holds a live block" in _verdict and _verdict.endswith("raises OutOfMemoryError")
 
 # %% [markdown]
 # Read the message as evidence: *"reserved by PyTorch but unallocated"* is the cached free memory.

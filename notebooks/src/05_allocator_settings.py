@@ -101,6 +101,10 @@ for ax, (conf, (card, outcome, live)) in zip(axes, runs.items()):
 plt.close(fig)
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+_caption = " ".join(axes[0].get_xlabel().split())      # the verdict under the defaults' map
+assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises OutOfMemoryError" in _caption
+
 # %% [markdown]
 # With the defaults, the 50 MiB tensors were cut out of the cached 1 GiB block (no `cudaMalloc`
 # at all), and the second 1 GiB request met a split segment that `empty_cache` cannot return.
@@ -139,6 +143,7 @@ def growing(conf, steps=30):
     card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
     card.set_per_process_memory_fraction(0.5)
     for step in range(steps):
+        card.set_memory_metadata(f"step {step}")   # marks the steps in the trace (the timeline's x)
         size = (200 + 60 * step) * MiB
         pair = [card.empty(size) for _ in range(2)]
         del pair
