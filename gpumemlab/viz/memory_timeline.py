@@ -243,10 +243,16 @@ def _step_marks(ax, d) -> None:
     marks = phases(d)
     for k, (_, _, meta) in enumerate(marks):
         ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
-    ax.set_xticks(range(len(marks)) if len(marks) <= 30 else
-                  range(0, len(marks), max(1, len(marks) // 15)))
-    ax.set_xlabel(f"step (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
-                  f"a step's events spread evenly across it)", fontsize=8)
+    if len(marks) <= 8:   # a few phases: name them where they begin
+        ax.set_xticks([k for k in range(len(marks))], [m for _, _, m in marks], fontsize=7,
+                      ha="left")
+        what = "phase"
+    else:
+        ax.set_xticks(range(len(marks)) if len(marks) <= 30 else
+                      range(0, len(marks), max(1, len(marks) // 15)))
+        what = "step"
+    ax.set_xlabel(f"{what} (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
+                  f"its events spread evenly across it)", fontsize=8)
 
 
 def release_moments(d) -> tuple:
