@@ -108,6 +108,9 @@ gml.reveal("07.p2", round(peak[32, False] / peak[8, False], 2))
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert peak[8, False] < peak[16, False] < peak[32, False]          # activations grow with the batch
 assert all(peak[b, True] < peak[b, False] for b in (8, 16, 32))    # checkpointing keeps less
+_act = {k: v[0].bytes_by_category()["activation"] for k, v in rows.items()}
+assert abs(_act[32, False] / _act[8, False] - 4) < 0.01             # four times the batch, four times the bytes
+assert peak[32, False] / peak[8, False] < 4                         # the peak grows less than that
 
 # %% [markdown]
 # Without checkpointing the activation memory grows in proportion to the batch (the
@@ -124,6 +127,11 @@ for batch in (8, 32):
     off, on = rows[batch, False][0].bytes_by_category(), rows[batch, True][0].bytes_by_category()
     print(f"batch {batch}: temporaries {gml.format_size(off['temporary'])} -> {gml.format_size(on['temporary'])} "
           f"(recomputation), activations {gml.format_size(off['activation'])} -> {gml.format_size(on['activation'])}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+for _b in (8, 32):
+    _off, _on = rows[_b, False][0].bytes_by_category(), rows[_b, True][0].bytes_by_category()
+    assert _on["temporary"] > _off["temporary"] and _on["activation"] < _off["activation"]
 
 # %%
 flops = {ckpt: tiny_lm.step_flops(8, ckpt=ckpt) for ckpt in (False, True)}
