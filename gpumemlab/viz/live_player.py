@@ -143,12 +143,13 @@ class Player:
             None, segments, total_memory=self.total_memory, trace=[self.event])
         info = blockmap_info(panels, segments, self.history.rules, request=self.request,
                              room=room)
-        key = tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
-                     tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels)
+        marks = _marks(segments, info)
+        key = (tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
+                      tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels), marks)
         for artist in self._data:
             artist.remove()
         if key != self._plan_key:
-            self._new_axes(panels, segments, info, setup_panel)
+            self._new_axes(panels, segments, marks, setup_panel)
             self._plan_key = key
         self._data = []
         for ax, panel in zip(self._map_axes, panels):
@@ -157,7 +158,7 @@ class Player:
             artist.set_animated(True)
         self.blockmap_info = info
 
-    def _new_axes(self, panels, segments, info, setup_panel) -> None:
+    def _new_axes(self, panels, segments, marks, setup_panel) -> None:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
         for ax in self._map_axes:
@@ -168,14 +169,17 @@ class Player:
         self._map_axes = [self.figure.add_subplot(sub[i]) for i in range(len(panels))]
         for ax, panel in zip(self._map_axes, panels):
             setup_panel(ax, panel, segments)
-        # a legend that does not change from frame to frame; sizes go in the title
-        handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
-        handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
-                             label="largest free block"))
-        if self.request is not None:
+        # the legend names what this frame draws (remade with the axes when that changes);
+        # sizes go in the title
+        handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
+                   if name in marks]
+        if "largest" in marks:
+            handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                                 label="largest free block"))
+        if "request" in marks:
             handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
                                  label="where the request would go"))
-        if info["expandable"]:
+        if "expandable" in marks:
             handles.append(Line2D([], [], color=EXPANDABLE_EDGE, ls="--",
                                   label="expandable segment"))
         self._map_axes[0].legend(handles=handles, fontsize=7, loc="upper left",
@@ -252,3 +256,22 @@ def _png(canvas) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="png", compress_level=1)
     return buffer.getvalue()
+
+
+def _marks(segments, info) -> frozenset:
+    """What a frame draws that its legend names: block states, largest block, request, outline."""
+    marks = set()
+    for seg in segments:
+        for block in seg["blocks"]:
+            state = block["state"]
+            if state == "active_allocated":
+                marks.add("requested")
+                if block.get("requested_size", block["size"]) < block["size"]:
+                    marks.add("rounding")
+            else:
+                marks.add("pending" if state == "active_pending_free" else "free")
+    for name, present in (("largest", info["largest"]), ("request", info["fit"]),
+                          ("expandable", info["expandable"])):
+        if present:
+            marks.add(name)
+    return frozenset(marks)
