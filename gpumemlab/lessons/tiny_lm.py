@@ -60,11 +60,15 @@ def record_step(batch, seq=64, ckpt=False, need_weights=False):
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, VOCAB, (batch, seq + 1))
     with capture(model, opt, frames=False) as rec:
+        rec.set_memory_metadata("forward")      # phase marks: compared timelines line them up
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        rec.set_memory_metadata("backward")
         loss.backward()
+        rec.set_memory_metadata("optimizer step")
         opt.step()
         opt.zero_grad(set_to_none=True)
+        rec.set_memory_metadata("")
         del logits, loss
     return rec
 

@@ -151,6 +151,9 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     else:
         run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end, router)
     elapsed = time.perf_counter() - t0
+    tl = run["timeline"]
+    if any(e.get("user_metadata") for e in trace[:len(tl)]):   # step or phase marks
+        tl.metadata = [e.get("user_metadata") or "" for e in trace[:len(tl)]]
     if run["unknown_frees"]:
         notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
                      f"(ignored)")

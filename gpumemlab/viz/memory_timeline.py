@@ -61,9 +61,11 @@ def _rows_from_arrays(result) -> list:
     tl = result.timeline
     allocated, reserved = list(tl.allocated), list(tl.reserved)
     requested = list(getattr(tl, "requested", allocated))
+    meta = list(getattr(tl, "metadata", None) or [])
+    meta += [""] * (len(allocated) - len(meta))
     rows = [{"event": i, "action": "", "allocated_bytes": a, "reserved_bytes": r,
-             "requested_bytes": q} for i, (a, r, q) in enumerate(zip(allocated, reserved,
-                                                                     requested))]
+             "requested_bytes": q, "user_metadata": m}
+            for i, (a, r, q, m) in enumerate(zip(allocated, reserved, requested, meta))]
     oom = getattr(result, "oom", None)
     if isinstance(oom, dict) and isinstance(oom.get("index"), int):
         k = oom["index"]
@@ -243,14 +245,13 @@ def _step_marks(ax, d) -> None:
     marks = phases(d)
     for k, (_, _, meta) in enumerate(marks):
         ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
-    if len(marks) <= 8:   # a few phases: name them where they begin
+    what = "step" if all(m.startswith("step") for _, _, m in marks) else "phase"
+    if len(marks) <= 8:   # a few: name them where they begin
         ax.set_xticks([k for k in range(len(marks))], [m for _, _, m in marks], fontsize=7,
                       ha="left")
-        what = "phase"
     else:
         ax.set_xticks(range(len(marks)) if len(marks) <= 30 else
                       range(0, len(marks), max(1, len(marks) // 15)))
-        what = "step"
     ax.set_xlabel(f"{what} (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
                   f"its events spread evenly across it)", fontsize=8)
 

@@ -179,6 +179,9 @@ assert all(len(ms) == 5 and min(ms) > 0 for ms in timed.values())
 fig = gml.timeline([rows[32, False][1], rows[32, True][1]], labels=["batch 32", "batch 32, checkpointing"])
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis, in phases
+
 # %% [markdown]
 # ## Sequence length
 #
