@@ -243,15 +243,15 @@ def to_steps(d) -> None:
 
 def _step_marks(ax, d) -> None:
     marks = phases(d)
-    for k, (_, _, meta) in enumerate(marks):
-        ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
+    if len(marks) <= 40:   # more would be a grey haze: the ticks say where steps are
+        for k in range(len(marks)):
+            ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
     what = "step" if all(m.startswith("step") for _, _, m in marks) else "phase"
     if len(marks) <= 8:   # a few: name them where they begin
         ax.set_xticks([k for k in range(len(marks))], [m for _, _, m in marks], fontsize=7,
                       ha="left")
     else:
-        ax.set_xticks(range(len(marks)) if len(marks) <= 30 else
-                      range(0, len(marks), max(1, len(marks) // 15)))
+        ax.set_xticks(range(0, len(marks), max(1, -(-len(marks) // 15))))
     ax.set_xlabel(f"{what} (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
                   f"its events spread evenly across it)", fontsize=8)
 

@@ -180,6 +180,7 @@ fig
 _freed = [len(f) for _, f in moments.values()]
 assert _freed == [runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
 assert all(len(r) <= len(f) for r, f in moments.values())
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
 
 # %% [markdown]
 # Both runs free the same number of segments (the `cudaFree` count above). A grey rule is not a
@@ -233,7 +234,8 @@ def variable_lengths(conf, total_memory="8GiB", seed=0):
     rng = random.Random(seed)
     card = gml.SimulatedGPU(total_memory, alloc_conf=conf)
     live = []
-    for _ in range(300):
+    for step in range(300):
+        card.set_memory_metadata(f"step {step}")     # marks the steps in the trace (the timeline's x)
         seq_len = rng.randint(64, 2048)
         try:
             live.append(card.empty(seq_len * 64 * KiB + rng.randint(0, 4095)))
@@ -261,6 +263,9 @@ assert cards["roundup_power2_divisions:4"].max_memory_reserved() < cards[""].max
 fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
                    labels=["defaults", "roundup_power2_divisions:4"])
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
 
 # %% [markdown]
 # Rounding trades a little internal waste for less fragmentation here: the numbers above show
