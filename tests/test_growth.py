@@ -247,3 +247,17 @@ def test_exercise_10_runs_the_loop_and_judges_by_growth():
     assert not detached.passed and format_size(OUT_BYTES) in detached.message
     assert judge("10.ex", "out.argmax(dim=1).tolist()").passed
     assert not judge("10.ex", "out.argmax(1).tolist(); import os").passed
+
+
+def test_exercise_10_is_judged_as_on_a_gpu_where_cpu_frees_the_device_copy():
+    """On a GPU, .cpu() copies to the host and the device copy goes; the CPU capture must not
+    teach the opposite (there .cpu() would return the same storage)."""
+    from gpumemlab.lessons import judge
+    moved = judge("10.ex", "out.argmax(1).cpu()")
+    assert moved.passed and "on the host" in moved.message
+    assert moved.figures["bytes_that_stay_per_step"] == [0] * 4
+    assert judge("10.ex", "out.argmax(1).cpu().tolist()").passed
+    assert not judge("10.ex", "out.detach().cpu()").passed          # logits, not classes
+    refused = judge("10.ex", "out.argmax(1).numpy()")               # torch refuses it on a GPU
+    assert not refused.passed and ".cpu() first" in refused.message
+    assert "of Python ints" in judge("10.ex", "out.argmax(1).tolist()").message

@@ -260,3 +260,22 @@ def test_a_start_state_that_cannot_be_rebuilt_warns_and_says_so():
     with pytest.warns(ReplayWarning, match="start state could not be rebuilt exactly"):
         result = replay(snap)
     assert result.start_problems and not result.reproduced
+
+
+def test_a_recorded_oom_served_by_the_what_if_shows_in_its_timeline():
+    """The last point of a what-if that copes with the recorded OOM has the request allocated."""
+    GiB = 1 << 30
+    sim = gml.SimulatedGPU("8GiB", alloc_conf="")
+    sim.record_memory_history()
+    sim.empty(7 * GiB).free()
+    pieces = [sim.empty(GiB) for _ in range(7)]
+    for i in (0, 2, 4, 6):
+        pieces[i].free()
+    with pytest.raises(gml.OutOfMemoryError):
+        sim.empty(2 * GiB)
+    snap = sim.snapshot()
+    es = replay(snap, alloc_conf="expandable_segments:True", total_memory=8 * GiB)
+    assert es.oom is None
+    assert es.timeline.allocated[-1] == es.timeline.allocated[-2] + 2 * GiB
+    plain = replay(snap, alloc_conf="", total_memory=8 * GiB)
+    assert plain.oom is not None and plain.timeline.allocated[-1] == 3 * GiB

@@ -115,3 +115,23 @@ def test_exported_html_shows_questions_and_the_player_frame(tmp_path):
     assert "Quiz 02: Fragmentation" in visible and "02.7" in visible
     assert visible.count('src="data:image/png;base64,') >= 1
     assert "player, " in visible and "VBox(children" not in visible
+
+
+def test_whatif_legend_lists_only_what_the_frame_draws():
+    def run(alloc_conf, total_memory):
+        gpu = gml.SimulatedGPU(total_memory, alloc_conf=alloc_conf)
+        gpu.record_memory_history()
+        keep = [gpu.empty(300 * gml.MiB) for _ in range(3)]
+        try:
+            gpu.empty(600 * gml.MiB)
+        except gml.OutOfMemoryError:
+            pass
+        return gpu, keep
+
+    w = gml.whatif(lambda **kw: run(**kw)[0], alloc_conf=["", "expandable_segments:True"],
+                   total_memory=["1GiB", "4GiB"])
+    labels = [t.get_text() for t in w._legend.get_texts()]
+    assert "out of memory" in labels and "expandable segment" not in labels
+    w.update(alloc_conf="expandable_segments:True", total_memory="4GiB")
+    labels = [t.get_text() for t in w._legend.get_texts()]
+    assert "expandable segment" in labels and "out of memory" not in labels

@@ -109,7 +109,8 @@ def test_title_legend_and_footer_name_device_settings_and_figures():
     assert "PYTORCH_CUDA_ALLOC_CONF=''" in title and "expandable_segments=False" in title
     legend = fig.legends[0]
     texts = [t.get_text() for t in legend.get_texts()]
-    assert [label for _, label in BLOCK_STYLE.values()] == texts[:4]
+    # only what is drawn: one live 3 GiB block, no rounding, nothing pending or free
+    assert texts == [BLOCK_STYLE["requested"][1]]
     assert "reserved 3.00 GiB" in title
     assert "rounding waste 0 bytes" in legend.get_title().get_text()
 
@@ -124,6 +125,15 @@ def test_largest_free_block_and_request_fit_are_marked():
     assert patches["request"].get_width() == pytest.approx(200 / 1024)
     assert patches["largest"].get_width() == pytest.approx(0.25)
     assert "fits: best-fit cached block of 256.00 MiB at seg 0" in info["request_text"]
+
+
+def test_legend_lists_only_what_is_drawn():
+    fig = gml.show(snapshot(), request=300 * MiB)   # nothing fits: no hatched block to name
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert [label for _, label in BLOCK_STYLE.values()] == texts[:4]
+    assert not any(t.startswith("where the") for t in texts)
+    assert fig.gml_blockmap["drawn"] >= {"blocks:requested", "blocks:rounding", "blocks:pending",
+                                         "blocks:free", "segments:expandable", "largest"}
 
 
 def test_request_that_fits_nowhere_says_why():

@@ -119,3 +119,14 @@ def test_a_jump_back_reuses_its_layout_and_draws_the_same_frame(monkeypatch):
     assert len(p._layouts) <= live_player.LAYOUTS_KEPT
     visible = [ax for ax in p.figure.axes if ax.get_visible()]
     assert set(visible) == set(p._map_axes) | {p.timeline_ax}
+
+
+def test_frame_verdict_and_legend_follow_the_driver_and_what_is_drawn(player):
+    player.goto(21)   # four free 1.5 GiB segments, 1.5 GiB on the driver: c10 frees them, retries
+    text = player.blockmap_info["request_text"]
+    assert "cudaMalloc(2.00 GiB) fails: the driver has 1.50 GiB free" in text
+    assert "unsplit cached segments (4, 6.00 GiB) and its retry gets the 2.00 GiB segment" in text
+    labels = [t.get_text() for t in player._map_axes[0].get_legend().get_texts()]
+    assert "where the request would go" not in labels        # nothing fits: no hatch drawn
+    assert "allocated: lost to rounding" not in labels       # 1.5 GiB blocks: no rounding
+    assert "free, cached (inactive)" in labels and "largest free block" in labels

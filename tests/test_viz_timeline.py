@@ -107,8 +107,9 @@ def test_replay_results_with_array_timelines_compare():
     drawn = lines(fig)
     assert list(drawn["oom"].get_xdata()) == [2]
     # 64 MiB is ten times the curves' peak: named in the legend, the axis stays on the data
-    assert "capacity" not in drawn
-    assert drawn["capacity_off_scale"].get_label().startswith("device capacity 64.00 MiB")
+    assert "capacity" not in drawn and "capacity_off_scale" not in drawn   # no phantom legend line
+    notes = [t for ax in fig.axes for t in ax.texts if t.get_gid() == "capacity_off_scale"]
+    assert notes and notes[0].get_text().startswith("device capacity 64.00 MiB: far above")
     assert all(ax.get_ylim()[1] < 25 for ax in fig.axes)   # MiB: the 20 MiB peak fills it
 
 
@@ -132,3 +133,28 @@ def test_real_replay_results():
     data = fig.gml_timeline
     assert len(data[0]["reserved_bytes"]) >= len(results[0].timeline)
     assert max(data[1]["reserved_bytes"]) == results[1].peak_reserved
+
+
+def test_compared_runs_marked_in_steps_share_an_x_axis_in_steps():
+    from gpumemlab.viz.memory_timeline import phases
+    """Runs of different lengths side by side: each step spans one unit of x in every panel."""
+    def run(empty_each_step):
+        gpu = gml.SimulatedGPU("4GiB", alloc_conf="")
+        for step in range(5):
+            gpu.set_memory_metadata(f"step {step}")
+            x = gpu.empty(300 * MiB)
+            del x
+            if empty_each_step:
+                gpu.empty_cache()
+        return gpu
+    kept, emptied = run(False), run(True)
+    fig = gml.timeline([kept, emptied], labels=["kept", "emptied"])
+    data = fig.gml_timeline
+    assert len(data[0]["entry"]) != len(data[1]["entry"])        # different trace lengths ...
+    assert [d["x_unit"] for d in data] == ["step", "step"]        # ... on one axis in steps
+    for d in data:
+        starts = [d["event"][a] for a, _, _ in phases(d)]
+        assert starts == [0, 1, 2, 3, 4]
+    marks = [ln for ax in fig.axes for ln in ax.lines if ln.get_gid() == "step_mark"]
+    assert len(marks) == 10 and fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
+    assert fig.axes[1].get_xlabel().startswith("step")

@@ -57,6 +57,51 @@ def cache_reuse(gpu, *, steps: int = 5, release: bool = True):
     return run.finish(release)
 
 
+# -- 01: the baseline without a cache
+class UncachedGPU:
+    """PyTorch with ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: no cache at all. c10's
+    ``uncached_allocate`` cudaMallocs each tensor at its own size and ``uncached_delete``
+    cudaFrees it when it dies, so every allocation and every free is a driver call. ``empty()``
+    returns a buffer that is freed by ``free()`` or when its last reference goes, as a tensor is.
+    The driver is the allocator model's (``CudaDriver``), so capacity and OOM hold as well.
+    """
+
+    kind = "simulated"
+
+    def __init__(self, total_memory="8GiB"):
+        from gpumemlab.allocator.driver import CudaDriver
+        from gpumemlab.units import parse_size
+        self.driver = CudaDriver(parse_size(total_memory, name="total_memory"))
+        self.stats = {"num_device_alloc": 0, "num_device_free": 0, "allocation.all.allocated": 0}
+
+    def empty(self, nbytes: int):
+        ptr = self.driver.cuda_malloc(nbytes)
+        if ptr is None:
+            raise MemoryError(f"cudaMalloc({format_size(nbytes)}) failed: out of memory")
+        self.stats["num_device_alloc"] += 1
+        self.stats["allocation.all.allocated"] += 1
+        return _DriverBuffer(self, ptr)
+
+    def memory_stats(self) -> dict:
+        return dict(self.stats)
+
+
+class _DriverBuffer:
+    __slots__ = ("_gpu", "ptr")
+
+    def __init__(self, gpu, ptr):
+        self._gpu, self.ptr = gpu, ptr
+
+    def free(self) -> None:
+        if self._gpu is not None:
+            gpu, self._gpu = self._gpu, None
+            gpu.driver.cuda_free(self.ptr)   # a cudaFree per tensor: it waits for the device
+            gpu.stats["num_device_free"] += 1
+
+    def __del__(self):
+        self.free()
+
+
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart, and name the rule behind the usual wrong answers)
 question("01.p1", "number", unit="cudaMalloc calls", misconceptions=(

@@ -7,6 +7,12 @@ stay.
 The answer is plain text: ``out`` followed by method calls from a short list (``.detach()``,
 ``.argmax(1)``, ``.tolist()``, ...). It is parsed, never evaluated, so the grader can judge it
 in its own process.
+
+It is judged as on a GPU, where ``out`` lives in device memory. There ``.cpu()`` copies to host
+memory, and the device copy is freed once nothing refers to it; on the CPU capture ``.cpu()``
+would return the same storage. So ``.cpu()`` and every call after it run with the capture's
+dispatch mode set aside: the host copy is made where the capture does not count it, as device
+memory would not, and ``.numpy()`` of a device tensor is refused, as torch refuses it.
 """
 from __future__ import annotations
 
@@ -53,13 +59,25 @@ def parse_keep(answer) -> list:
 
 
 def _apply(calls, out):
-    value = out
+    """The calls on ``out``; from ``.cpu()`` on, off the capture (host memory). -> (value, host)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+    value, host = out, False
     for name, args in calls:
         method = getattr(value, name, None)
         if method is None:
             raise AnswerShapeError(f".{name}() cannot follow a {type(value).__name__}")
-        value = method(dim=int(args.split("=")[-1])) if args else method()
-    return value
+        if name == "numpy" and not host:
+            raise AnswerShapeError("on a GPU, .numpy() of a device tensor fails: it needs "
+                                   ".cpu() first")
+        host = host or name == "cpu"
+        if host:
+            with _disable_current_modes():
+                value = method(dim=int(args.split("=")[-1])) if args else method()
+                if name == "cpu":
+                    value = value.clone()   # a new storage, as the copy to the host makes
+        else:
+            value = method(dim=int(args.split("=")[-1])) if args else method()
+    return value, host
 
 
 def _as_lists(value):
@@ -91,9 +109,13 @@ def _judge_10(answer):
     calls = parse_keep(answer)
     truth, kept = [], []
 
+    host = []
+
     def keep(out):
         truth.append(out.argmax(1).tolist())
-        return _apply(calls, out)
+        value, on_host = _apply(calls, out)
+        host.append(on_host)
+        return value
 
     try:
         rec = predictions_kept(steps=STEPS_10, batch=BATCH_10, keep=keep, sink=kept)
@@ -104,8 +126,9 @@ def _judge_10(answer):
     figures = {"bytes_that_stay_per_step": stays, "causes": report.causes,
                "kept_type": type(kept[0]).__name__ if kept else None}
     right = [_as_lists(v) for v in kept] == truth
-    grows = any(isinstance(v, torch.Tensor) for v in kept) or any(stays)
-    what = f"a {figures['kept_type']} a step"
+    grows = any(isinstance(v, torch.Tensor) and not h for v, h in zip(kept, host)) or any(stays)
+    where = " on the host (.cpu(): the device copy is freed)" if any(host) else ""
+    what = f"a {figures['kept_type']}{where} a step"
     if grows:
         growth_text = (f"{format_size(max(stays))} a step stays "
                        f"(gml.growth: {', '.join(sorted(set(report.causes)))})")
@@ -114,7 +137,9 @@ def _judge_10(answer):
                        + (f"; and {growth_text}" if grows else "")), figures
     if grows:
         return False, f"the classes are right, but memory grows: {growth_text}", figures
-    return True, (f"you keep a {figures['kept_type']} of Python ints a step and no bytes stay "
+    if not any(host):
+        what = f"a {figures['kept_type']} of Python ints a step"
+    return True, (f"you keep {what} and no device bytes stay "
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
 
 

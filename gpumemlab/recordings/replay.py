@@ -16,7 +16,9 @@ The method is described in docs/REPLAY.md. The source is a snapshot with history
 * **What-if** (another ``alloc_conf`` and/or ``total_memory``, or a capture): the same
   alloc/free sequence runs with addresses chosen by the model, starting from the allocations that
   were live when recording began (cached free memory is not carried over). A recorded ``oom``
-  is retried: it shows whether the new settings would have avoided it.
+  is retried: it shows whether the new settings would have avoided it. When they would, the
+  entry's timeline point shows the request served; it is freed right after (the recorded
+  program never had it).
 
 Frees are replayed at ``free_completed`` (when the real allocator made the block reusable).
 In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are replayed as
@@ -149,6 +151,9 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     else:
         run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end, router)
     elapsed = time.perf_counter() - t0
+    tl = run["timeline"]
+    if any(e.get("user_metadata") for e in trace[:len(tl)]):   # step or phase marks
+        tl.metadata = [e.get("user_metadata") or "" for e in trace[:len(tl)]]
     if run["unknown_frees"]:
         notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
                      f"(ignored)")
@@ -221,6 +226,7 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, rout
     pending_segment = None        # recorded cudaMalloc address for the next malloc
     pending_map = None            # first recorded segment_map since the last malloc
     requested_frees = set()       # free_requested seen, free_completed not yet (other streams)
+    served = None                 # a recorded OOM's request these settings served
     i = 0
     while i < n:
         e = trace[i]
@@ -315,8 +321,9 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, rout
             if faithful:
                 _dictate(alloc, pending_segment, pending_map, translate)
             try:
-                blk = routed(e.get("pool_id"), e["size"], e["stream"])
-                free(blk)                           # these settings would have coped
+                # these settings would have coped: the entry's point shows the request served,
+                # and it is given back after it (the recorded program never had it)
+                served = routed(e.get("pool_id"), e["size"], e["stream"])
                 if faithful:
                     oom_mismatches += 1             # ... but the recording ran out here
             except OutOfMemoryError as exc:
@@ -330,6 +337,9 @@ def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, rout
                 next_reservations.clear()
                 pending_segment = pending_map = None
         _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
+        if served is not None:
+            free(served)
+            served = None
         i += 1
         if progress is not None and i % _PROGRESS_EVERY == 0:
             progress(i, n)

@@ -21,13 +21,15 @@ class ReplayWarning(UserWarning):
 
 class Timeline:
     """Allocated, reserved and requested bytes after every replayed trace entry (parallel arrays);
-    ``start`` holds the same three figures before the first entry (the rebuilt start state)."""
+    ``start`` holds the same three figures before the first entry (the rebuilt start state);
+    ``metadata`` each replayed entry's recorded ``user_metadata`` (its step or phase marks)."""
 
-    __slots__ = ("allocated", "reserved", "requested", "start")
+    __slots__ = ("allocated", "reserved", "requested", "start", "metadata")
 
     def __init__(self):
         self.allocated, self.reserved, self.requested = array("q"), array("q"), array("q")
         self.start = {"allocated_bytes": 0, "reserved_bytes": 0, "requested_bytes": 0}
+        self.metadata = []
 
     def __len__(self):
         return len(self.allocated)

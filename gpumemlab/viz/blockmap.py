@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import textwrap
 
-from gpumemlab.units import format_size, parse_size
-from gpumemlab.viz.describe import plus
+from gpumemlab.units import format_size
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
 
 from .blockmap_groups import group_segments
 from .metrics import find_fit, segment_figures
-from .source import device_segments, pick_device, read_source, settings_line
+from .request_path import driver_room, request_verdict
+from .source import device_segments, device_trace, pick_device, read_source, settings_line
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3
@@ -39,7 +39,8 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         ax: draw into this Axes (one shared scale, pools one after the other) instead of a new
             figure with a panel per pool and size range.
         request: a request size in bytes (or "2GiB"): mark the cached free block c10 would give
-            it, or say that none fits and a new segment would be needed.
+            it, or say what c10's malloc does next when none fits (a new segment, or the
+            driver's refusal, the cache released and OutOfMemoryError: ``request_path``).
         stream: the stream of that request.
         title: replaces the first title line (the device name).
 
@@ -61,8 +62,10 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         fig, axes = ax.figure, [ax]
     for p in panels:
         p["counts"] = counts
+    room = None if request is None else driver_room(
+        source, every, total_memory=src.total_memory, trace=device_trace(src.snapshot, device))
     info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
-                         highlight_largest=highlight_largest)
+                         highlight_largest=highlight_largest, room=room)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
     figs = segment_figures(every, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
@@ -199,24 +202,28 @@ def _polys(rows, x0, x1, unit, height=0.8, min_width=0.0):
 
 
 def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
-                  highlight_largest=True) -> dict:
+                  highlight_largest=True, room=None) -> dict:
     """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit)."""
     info = blockmap_info(panels, segments, rules, request=request, stream=stream,
-                         highlight_largest=highlight_largest)
+                         highlight_largest=highlight_largest, room=room)
+    drawn = set()
     for ax, panel in zip(axes, panels):
         setup_panel(ax, panel, segments)
-        draw_panel_data(ax, panel, segments, info)
+        drawn |= {a.get_gid() for a in draw_panel_data(ax, panel, segments, info)}
+    info["drawn"] = drawn   # artist gids: the legend lists only these
     return info
 
 
-def blockmap_info(panels, segments, rules, *, request=None, stream=0, highlight_largest=True):
-    """What a block map marks besides the blocks: the largest free block and the request fit."""
+def blockmap_info(panels, segments, rules, *, request=None, stream=0, highlight_largest=True,
+                  room=None):
+    """What a block map marks besides the blocks: the largest free block and the request fit
+    (``room``: what the driver has left, ``request_path.driver_room``)."""
     fit = find_fit(segments, request, rules, stream=stream) if request is not None else None
     return {"panels": panels, "fit": fit, "request": request,
             "largest": _largest_free(segments) if highlight_largest else None,
             "expandable": any(s.get("is_expandable") for s in segments),
             "request_text": "" if request is None else
-            request_verdict(fit, segments, rules, request, stream)}
+            request_verdict(fit, segments, rules, request, stream, room)}
 
 
 def setup_panel(ax, panel, segments) -> None:
@@ -281,30 +288,6 @@ def draw_panel_data(ax, panel, segments, info) -> list:
     return artists
 
 
-def request_verdict(fit, segments, rules, request, stream) -> str:
-    """One sentence: where the request goes, or why it needs a new segment."""
-    request = parse_size(request, name="request")
-    if fit is not None:
-        return (f"a {format_size(request)} request fits: best-fit cached block of "
-                f"{format_size(fit['block_bytes'])} at seg {fit['segment']} "
-                f"{plus(fit['offset_bytes'])} (hatched)")
-    rounded = rules.round_size(request)
-    pool = rules.pool(rounded)
-    free = [b["size"] for s in segments if s.get("segment_type", "large") == pool
-            and s.get("stream", 0) == stream for b in s["blocks"] if b["state"] == "inactive"]
-    held = (f"the {pool} pool has {format_size(sum(free))} free but its largest block is "
-            f"{format_size(max(free))}" if free else f"the {pool} pool has no free cached block")
-    if rules.expandable:
-        # expandable segments map pages of the rounded request (c10 try_allocate_expandable_block)
-        page = rules.page_size(pool)
-        grow = -(-rounded // page) * page
-        return (f"a {format_size(request)} request fits no cached free block: {held}, so the "
-                f"expandable segment would map up to {format_size(grow)} of new "
-                f"{format_size(page)} pages")
-    return (f"a {format_size(request)} request fits no cached free block: {held}, so c10 "
-            f"would cudaMalloc a new {format_size(rules.allocation_size(rounded))} segment")
-
-
 def _largest_free(segments):
     best = None
     for index, seg in enumerate(segments):
@@ -360,9 +343,10 @@ def _outline(ax, row, offset, size, unit, colour, gid, width, hatch=None):
 
 
 def _legend_handles(info):
-    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
+    drawn = info.get("drawn")
+    handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
+               if drawn is None or f"blocks:{name}" in drawn]
     if info["expandable"]:
         handles.append(Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
                              label="expandable segment"))
@@ -375,9 +359,6 @@ def _legend_handles(info):
         handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
                              label=f"where the {format_size(info['fit']['request_bytes'])} "
                                    f"request would go"))
-    elif info["request"] is not None:
-        handles.append(Line2D([], [], color=REQUEST_COLOUR, marker="x", linestyle="none",
-                              label="the request fits no cached block"))
     return handles
 
 

@@ -208,6 +208,7 @@ class History:
     def timeline(self) -> list:
         """Per-event totals as dicts: event, action, allocated/reserved/requested/active bytes."""
         return [{"event": i, "action": e.get("action"),
+                 "user_metadata": e.get("user_metadata") or "",
                  **{name: self.totals[name][i] for name in TOTALS}}
                 for i, e in enumerate(self.events)]
 

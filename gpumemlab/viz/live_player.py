@@ -20,6 +20,7 @@ from html import escape
 
 from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap import blockmap_info, draw_panel_data, plan_panels, setup_panel
+from gpumemlab.viz.request_path import driver_room
 from gpumemlab.viz.describe import plus
 from gpumemlab.viz.history import History
 from gpumemlab.viz.memory_timeline import draw_timeline, timeline_data
@@ -140,13 +141,17 @@ class Player:
     def _draw_map(self) -> None:
         segments = self._segments
         panels = plan_panels(segments)
-        info = blockmap_info(panels, segments, self.history.rules, request=self.request)
-        key = tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
-                     tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels)
+        room = None if self.request is None else driver_room(
+            None, segments, total_memory=self.total_memory, trace=[self.event])
+        info = blockmap_info(panels, segments, self.history.rules, request=self.request,
+                             room=room)
+        marks = _marks(segments, info)
+        key = (tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
+                      tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels), marks)
         for artist in self._data:
             artist.remove()
         if key != self._plan_key:
-            self._use_layout(key, panels, segments, info)
+            self._use_layout(key, panels, segments, marks)
         self._data = []
         for ax, panel in zip(self._map_axes, panels):
             self._data += draw_panel_data(ax, panel, segments, info)
@@ -154,7 +159,7 @@ class Player:
             artist.set_animated(True)
         self.blockmap_info = info
 
-    def _use_layout(self, key, panels, segments, info) -> None:
+    def _use_layout(self, key, panels, segments, marks) -> None:
         """Show the panels' axes and background for ``key``: from the cache of recent layouts
         (a jump back to a state with the same segments redraws no axis, label or legend), else
         drawn anew and cached, the least recently used layout making room."""
@@ -162,7 +167,7 @@ class Player:
             ax.set_visible(False)   # kept in the figure, hidden, for a later jump back
         cached = self._layouts.pop(key, None)
         if cached is None:
-            self._new_axes(panels, segments, info)
+            self._new_axes(panels, segments, marks, setup_panel)
         else:
             self._map_axes, self._background = cached
             for ax in self._map_axes:
@@ -173,7 +178,7 @@ class Player:
                 ax.remove()
         self._plan_key = key
 
-    def _new_axes(self, panels, segments, info) -> None:
+    def _new_axes(self, panels, segments, marks, setup_panel) -> None:
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
         sub = self._map_spec.subgridspec(
@@ -182,14 +187,17 @@ class Player:
         self._map_axes = [self.figure.add_subplot(sub[i]) for i in range(len(panels))]
         for ax, panel in zip(self._map_axes, panels):
             setup_panel(ax, panel, segments)
-        # a legend that does not change from frame to frame; sizes go in the title
-        handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
-        handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
-                             label="largest free block"))
-        if self.request is not None:
+        # the legend names what this frame draws (remade with the axes when that changes);
+        # sizes go in the title
+        handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
+                   if name in marks]
+        if "largest" in marks:
+            handles.append(Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                                 label="largest free block"))
+        if "request" in marks:
             handles.append(Patch(facecolor="none", edgecolor=REQUEST_COLOUR, hatch="///",
                                  label="where the request would go"))
-        if info["expandable"]:
+        if "expandable" in marks:
             handles.append(Line2D([], [], color=EXPANDABLE_EDGE, ls="--",
                                   label="expandable segment"))
         self._map_axes[0].legend(handles=handles, fontsize=7, loc="upper left",
@@ -266,3 +274,22 @@ def _png(canvas) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, format="png", compress_level=1)
     return buffer.getvalue()
+
+
+def _marks(segments, info) -> frozenset:
+    """What a frame draws that its legend names: block states, largest block, request, outline."""
+    marks = set()
+    for seg in segments:
+        for block in seg["blocks"]:
+            state = block["state"]
+            if state == "active_allocated":
+                marks.add("requested")
+                if block.get("requested_size", block["size"]) < block["size"]:
+                    marks.add("rounding")
+            else:
+                marks.add("pending" if state == "active_pending_free" else "free")
+    for name, present in (("largest", info["largest"]), ("request", info["fit"]),
+                          ("expandable", info["expandable"])):
+        if present:
+            marks.add(name)
+    return frozenset(marks)

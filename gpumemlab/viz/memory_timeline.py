@@ -9,7 +9,7 @@ result (an object with ``.timeline``: dicts with event, action, allocated_bytes,
 reserved_bytes, requested_bytes), such a list of dicts, or a list of any of these to compare.
 Compared runs are drawn as small multiples (one panel per run, shared axes) so that no curve
 hides another. The y axis is scaled to the data: a device capacity far above the curves (a
-replay's "unlimited" card) is named in the legend instead of stretching the axis.
+replay's "unlimited" card) is written at the top of the axes instead of stretching the axis.
 """
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ def timeline_data(source, label=None) -> dict:
         "action": [row.get("action", "") for row in rows],
         **{name: [row.get(name, 0) or 0 for row in rows] for name in SERIES_STYLE},
         "total_memory": capacity if isinstance(capacity, int) else None,
+        "metadata": [str(row.get("user_metadata") or "") for row in rows],
     }
 
 
@@ -60,9 +61,11 @@ def _rows_from_arrays(result) -> list:
     tl = result.timeline
     allocated, reserved = list(tl.allocated), list(tl.reserved)
     requested = list(getattr(tl, "requested", allocated))
+    meta = list(getattr(tl, "metadata", None) or [])
+    meta += [""] * (len(allocated) - len(meta))
     rows = [{"event": i, "action": "", "allocated_bytes": a, "reserved_bytes": r,
-             "requested_bytes": q} for i, (a, r, q) in enumerate(zip(allocated, reserved,
-                                                                     requested))]
+             "requested_bytes": q, "user_metadata": m}
+            for i, (a, r, q, m) in enumerate(zip(allocated, reserved, requested, meta))]
     oom = getattr(result, "oom", None)
     if isinstance(oom, dict) and isinstance(oom.get("index"), int):
         k = oom["index"]
@@ -105,6 +108,11 @@ def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None):
     data = [timeline_data(run, labels[i] if labels else None) for i, run in enumerate(runs)]
     for i, d in enumerate(data):
         d["label"] = d["label"] or (f"run {i}" if compare else "")
+    # runs of different lengths side by side: one x-axis in steps, when every run marks them
+    in_steps = compare and all(len(phases(d)) > 1 for d in data)
+    if in_steps:
+        for d in data:
+            to_steps(d)
     import matplotlib.pyplot as plt
     own = ax is None
     if own and compare:
@@ -114,6 +122,8 @@ def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None):
         for i, (panel, d) in enumerate(zip(axes[:, 0], data)):
             draw_timeline(panel, [d], compare=True, cursor=cursor, index=i, top=top)
             panel.set_title(d["label"], fontsize=9, loc="left")
+            if in_steps:
+                _step_marks(panel, d)
             if i < len(data) - 1:
                 panel.set_xlabel("")
     else:
@@ -154,6 +164,8 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                     label=f"{d['label']}: reserved (peak {format_size(peak)})")
             ax.plot(x, [v / unit for v in d["allocated_bytes"]], color=colour, lw=1.0, ls=":",
                     drawstyle="steps-post", gid=f"allocated:{i}", label=f"{d['label']}: allocated")
+            _last_step(ax, x, d["reserved_bytes"], unit, color=colour, lw=1.6)
+            _last_step(ax, x, d["allocated_bytes"], unit, color=colour, lw=1.0, ls=":")
         else:
             for name, (colour, label, style) in SERIES_STYLE.items():
                 if name != "requested_bytes" and d[name]:
@@ -163,6 +175,7 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                             ms=5, gid=f"peak:{name}", linestyle="none")
                 ax.plot(x, [v / unit for v in d[name]], color=colour, ls=style, lw=1.4,
                         drawstyle="steps-post", gid=name, label=label)
+                _last_step(ax, x, d[name], unit, color=colour, ls=style, lw=1.4)
         _mark_events(ax, d, unit, colour=COMPARE_COLOURS[i % len(COMPARE_COLOURS)]
                      if compare else OKABE_ITO["vermillion"], first=(i == index))
     capacity = next((d["total_memory"] for d in data if d["total_memory"]), None)
@@ -171,10 +184,12 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
                    label=f"device capacity {format_size(capacity)}")
     elif capacity:
         # a replay without a card size runs on a 4 TiB "unlimited" device: say so, not 4096 GiB
+        # written at the top of the axes, where a line would be, not a legend entry for nothing
         text = "no capacity limit (replayed without a card size)" if capacity >= UNLIMITED \
-            else f"device capacity {format_size(capacity)} (far above: not to scale)"
-        ax.plot([], [], color="black", ls="--", lw=0.8, gid="capacity_off_scale", label=text)
-        ax.set_ylim(top=1.08 * top / unit)
+            else f"device capacity {format_size(capacity)}: far above (not to scale) \u2191"
+        ax.annotate(text, xy=(0.99, 0.995), xycoords="axes fraction", ha="right", va="top",
+                    fontsize=7, gid="capacity_off_scale")
+        ax.set_ylim(top=1.12 * top / unit)
     if cursor is not None:
         ax.axvline(cursor, color="black", lw=1.0, gid="cursor")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -189,18 +204,83 @@ def draw_timeline(ax, data, *, compare=False, cursor=None, index=0, top=None) ->
         ax.spines[side].set_visible(False)
 
 
+def _last_step(ax, x, values, unit, **style) -> None:
+    """Steps-post gives the last event no width: draw its value over one more event, so the
+    state after the last event (an OOM's request served, say) is seen, not a vertical hair."""
+    if x and values:
+        width = (x[-1] - x[0]) / (len(x) - 1) if len(x) > 1 else 1
+        ax.plot([x[-1], x[-1] + width], [values[-1] / unit] * 2, gid="last_step", **style)
+
+
 def _peak(values) -> int:
     """Index of the first event that reaches the maximum."""
     return max(range(len(values)), key=values.__getitem__)
 
 
+def phases(d) -> list:
+    """(first row, end row, user_metadata) of each run of rows with one non-empty
+    ``user_metadata`` (``set_memory_metadata("step 3")``): the steps or phases a run marked."""
+    out, meta = [], d.get("metadata") or []
+    start = None
+    for i, m in enumerate(meta + [None]):
+        if start is not None and m != meta[start]:
+            out.append((start, i, meta[start]))
+            start = None
+        if start is None and m:
+            start = i
+    return out
+
+
+def to_steps(d) -> None:
+    """Put a run on an x-axis in steps: the rows of its k-th marked phase spread evenly over
+    [k, k + 1), rows before the first phase before 0 and after the last beyond it. The trace
+    entry of each point stays in ``d["entry"]``."""
+    marks = phases(d)
+    n = len(d["event"])
+    x = [0.0] * n
+    first, last = marks[0][0], marks[-1][1]
+    for k, (a, b, _) in enumerate(marks):
+        for i in range(a, b):
+            x[i] = k + (i - a) / (b - a)
+    for i in range(first):
+        x[i] = (i - first) / max(first, 1)
+    for i in range(last, n):
+        x[i] = len(marks) + (i - last) / max(n - last, 1)
+    d["entry"], d["event"], d["x_unit"] = d["event"], x, "step"
+
+
+def _step_marks(ax, d) -> None:
+    marks = phases(d)
+    if len(marks) <= 40:   # more would be a grey haze: the ticks say where steps are
+        for k in range(len(marks)):
+            ax.axvline(k, color="#BBBBBB", lw=0.6, ls=":", gid="step_mark")
+    what = "step" if all(m.startswith("step") for _, _, m in marks) else "phase"
+    if len(marks) <= 8:   # a few: name them where they begin
+        ax.set_xticks([k for k in range(len(marks))], [m for _, _, m in marks], fontsize=7,
+                      ha="left")
+    else:
+        ax.set_xticks(range(0, len(marks), max(1, -(-len(marks) // 15))))
+    ax.set_xlabel(f"{what} (each run's marks from set_memory_metadata, e.g. {marks[0][2]!r}; "
+                  f"its events spread evenly across it)", fontsize=8)
+
+
+def release_moments(d) -> tuple:
+    """(events of the release moments, events of every segment_free/segment_unmap) of one run's
+    ``timeline_data``: a burst of consecutive releases (one empty_cache call, or the OOM path
+    emptying the cache) is one moment, drawn as one grey rule."""
+    rows = [i for i, a in enumerate(d["action"]) if a in RELEASE_ACTIONS]
+    x = d["event"]
+    return [x[i] for j, i in enumerate(rows) if j == 0 or rows[j - 1] != i - 1], \
+        [x[i] for i in rows]
+
+
 def _mark_events(ax, d, unit, *, colour, first) -> None:
-    releases = [x for x, a in zip(d["event"], d["action"]) if a in RELEASE_ACTIONS]
-    # a burst of segment_free entries is one empty_cache call: draw one rule per burst
-    bursts = [x for j, x in enumerate(releases) if j == 0 or releases[j - 1] != x - 1]
+    bursts, releases = release_moments(d)
+    # a rule is a release moment, not a segment: say how many of each
     for j, x in enumerate(bursts):
         ax.axvline(x, color="#999999", lw=0.8, gid="release",
-                   label="segments released" if first and j == 0 else None)
+                   label=f"{len(bursts)} release moment(s): {len(releases)} segment(s) freed or "
+                         f"unmapped" if first and j == 0 else None)
     ooms = [(x, r) for x, a, r in zip(d["event"], d["action"], d["reserved_bytes"]) if a == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [r / unit for _, r in ooms], marker="X", ms=9,

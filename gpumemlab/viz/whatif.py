@@ -128,6 +128,7 @@ class WhatIf:
         for ax in (self._top, self._bottom):
             if ax.get_legend() is not None:
                 ax.get_legend().remove()
+        self._set_legend(_drawn_gids(self._top, self._bottom))
         self._canvas.restore_region(self._background)
         self._figure.draw_artist(self._top)
         self._figure.draw_artist(self._bottom)
@@ -136,34 +137,52 @@ class WhatIf:
     def _new_figure(self) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.lines import Line2D
-        from matplotlib.patches import Patch
-        from .palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE, OKABE_ITO,
-                              SERIES_STYLE)
         self._figure = Figure(figsize=(10, 6.8), dpi=self.dpi)
         self._canvas = FigureCanvasAgg(self._figure)
         self._top = self._figure.add_axes((0.17, 0.55, 0.6, 0.33))
         self._bottom = self._figure.add_axes((0.08, 0.07, 0.69, 0.32))
-        handles = [Patch(facecolor=c, label=label) for c, label in BLOCK_STYLE.values()]
-        handles += [Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
-                          label="largest free block"),
-                    Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
-                          label="expandable segment")]
+        self._legend, self._legend_key = None, None
+
+    def _set_legend(self, drawn: set) -> None:
+        """The legend lists what this frame draws: remade (with the saved background) only when
+        the optional marks drawn change, so most frames cost nothing more."""
+        key = frozenset(drawn & set(OPTIONAL_MARKS))
+        if key == self._legend_key:
+            return
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+        from .palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE, OKABE_ITO,
+                              SERIES_STYLE)
+        handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
+                   if f"blocks:{name}" in key]
+        optional = {
+            "largest": Patch(facecolor="none", edgecolor=LARGEST_FREE_EDGE, linewidth=2,
+                             label="largest free block"),
+            "segments:expandable": Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE,
+                                         linestyle="--", label="expandable segment"),
+            "release": Line2D([], [], color="#999999", lw=0.8,
+                              label="release moment (segments freed or unmapped)"),
+            "oom": Line2D([], [], color=OKABE_ITO["vermillion"], marker="X", ls="none",
+                          label="out of memory"),
+            "capacity": Line2D([], [], color="black", ls="--", lw=0.8, label="device capacity")}
+        handles += [optional[g] for g in ("largest", "segments:expandable") if g in key]
         handles += [Line2D([], [], color=c, ls=style, label=label)
                     for c, label, style in SERIES_STYLE.values()]
-        handles += [Line2D([], [], color="black", lw=1, label="event shown in the block map"),
-                    Line2D([], [], color="#999999", lw=0.8, label="segments released"),
-                    Line2D([], [], color=OKABE_ITO["vermillion"], marker="X", ls="none",
-                           label="out of memory"),
-                    Line2D([], [], color="black", ls="--", lw=0.8, label="device capacity")]
-        self._figure.legend(handles=handles, loc="upper left", bbox_to_anchor=(0.79, 0.88),
-                            fontsize=7, frameon=False)
+        handles += [Line2D([], [], color="black", lw=1, label="event shown in the block map")]
+        handles += [optional[g] for g in ("release", "oom", "capacity") if g in key]
+        if self._legend is not None:
+            self._legend.remove()
+        self._legend = self._figure.legend(handles=handles, loc="upper left",
+                                           bbox_to_anchor=(0.79, 0.88), fontsize=7,
+                                           frameon=False)
+        shown = [ax.get_visible() for ax in (self._top, self._bottom)]
         for ax in (self._top, self._bottom):
             ax.set_visible(False)
         self._canvas.draw()
         self._background = self._canvas.copy_from_bbox(self._figure.bbox)
-        for ax in (self._top, self._bottom):
-            ax.set_visible(True)
+        for ax, visible in zip((self._top, self._bottom), shown):
+            ax.set_visible(visible)
+        self._legend_key = key
 
     def _build_widgets(self):
         import ipywidgets as w
@@ -197,6 +216,15 @@ class WhatIf:
 
     def __repr__(self):
         return f"<what-if at {self._choice()}>"
+
+
+# marks a frame may or may not draw (artist gids): the legend lists those it draws
+OPTIONAL_MARKS = ("largest", "segments:expandable", "release", "oom", "capacity",
+                  "blocks:requested", "blocks:rounding", "blocks:pending", "blocks:free")
+
+
+def _drawn_gids(*axes) -> set:
+    return {a.get_gid() for ax in axes for a in ax.get_children() if a.get_gid()}
 
 
 def _show(value) -> str:

@@ -34,9 +34,11 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # simulated 8 GiB card and read two counters from `memory_stats()`: `num_device_alloc`
 # (`cudaMalloc` calls) and `num_device_free` (`cudaFree` calls).
 #
-# Without a cache, every free would go straight back to the driver. We imitate that by calling
-# `empty_cache()` after each step's frees: it hands every wholly free segment back, so the next
-# step has to `cudaMalloc` again.
+# Two runs to compare it with. **No cache at all** is what `PYTORCH_NO_CUDA_MEMORY_CACHING=1`
+# makes of PyTorch: every tensor is its own `cudaMalloc`, every free its own `cudaFree`
+# (`gml.lessons.caching_allocator.UncachedGPU` counts them on the same driver model). And
+# **`empty_cache()` after each step**: the cache still serves requests within a step, but every
+# wholly free segment goes back at the end, so each step starts from nothing.
 #
 # Each step makes 36 tensors (12 layers × 3), so ten steps make 360. Before you run it: how many
 # `cudaMalloc` calls will the caching allocator need for all ten steps?
@@ -58,23 +60,28 @@ def step(gpu):
         del tmp
     live.clear()                                  # backward done: everything dies
 
-def run(steps, release_every_step):
-    gpu = gml.SimulatedGPU("8GiB", alloc_conf="")
+def run(steps, release_every_step=False, cache=True):
+    from gpumemlab.lessons.caching_allocator import UncachedGPU
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf="") if cache else UncachedGPU("8GiB")
     for _ in range(steps):
         step(gpu)
         if release_every_step:
             gpu.empty_cache()
     return gpu.memory_stats()
 
-cached, uncached = run(10, False), run(10, True)
-for name, s in (("caching allocator", cached), ("no cache (free to driver)", uncached)):
-    print(f"{name:27}: {s['allocation.all.allocated']:4} tensor allocations -> "
+runs = {"caching allocator": run(10), "empty_cache() each step": run(10, release_every_step=True),
+        "no cache at all": run(10, cache=False)}
+for name, s in runs.items():
+    print(f"{name:24}: {s['allocation.all.allocated']:4} tensor allocations -> "
           f"{s['num_device_alloc']:4} cudaMalloc, {s['num_device_free']:4} cudaFree")
+cached = runs["caching allocator"]
 gml.reveal("01.p1", cached["num_device_alloc"])
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert cached["allocation.all.allocated"] == uncached["allocation.all.allocated"]
-assert cached["num_device_alloc"] * 5 < uncached["num_device_alloc"]
+assert len({s["allocation.all.allocated"] for s in runs.values()}) == 1
+assert runs["no cache at all"]["num_device_alloc"] == 10 * 3 * LAYERS == runs["no cache at all"]["num_device_free"]
+assert cached["num_device_alloc"] < runs["empty_cache() each step"]["num_device_alloc"] < 10 * 3 * LAYERS
+assert runs["empty_cache() each step"]["num_device_alloc"] == 10 * cached["num_device_alloc"]
 assert cached["num_device_free"] == 0
 
 # %% [markdown]
@@ -85,20 +92,25 @@ assert cached["num_device_free"] == 0
 #
 # ### What those calls cost
 #
-# The simulator counts driver calls; it cannot time them. A `cudaMalloc` costs tens of
-# microseconds or more, depending on GPU, driver and size; M. Boyer measured about 50 µs a call
-# from 4 KiB to 512 KiB, and more for larger sizes ("Memory Allocation Overhead", University of
-# Virginia, https://www.cs.virginia.edu/~mwb7w/cuda_support/memory_management_overhead.html, on
-# a GPU of 2009; a lower bound for the 24 MiB segments here). On a machine with CUDA the cell
-# below measures the time of a forced `cudaMalloc` instead (through `torch.empty` right after
-# `torch.cuda.empty_cache()`, so it includes the allocator's own few microseconds). `cudaFree` is
-# worse than its own time: it waits for the whole device to finish its queued work.
+# The simulator counts driver calls; it cannot time them. The time a `cudaMalloc` takes depends
+# on the GPU, the driver and the size. One published measurement, not made here: M. Boyer,
+# "Memory Allocation Overhead" (University of Virginia, about 2009,
+# https://www.cs.virginia.edu/~mwb7w/cuda_support/memory_management_overhead.html), timed
+# `cudaMalloc` on a CUDA GPU of that time at about 50 µs a call for sizes from 4 KB to 512 KB,
+# and more above 512 KB: a lower bound for segments of megabytes like these. On a machine with
+# CUDA the cell below measures a forced `cudaMalloc` instead (a `torch.empty` right after
+# `torch.cuda.empty_cache()`, so the allocator's own few microseconds are in it).
+#
+# `cudaFree` costs more than its own time: it synchronises with the device, so the CPU waits
+# until all the work queued on the GPU has finished, and can no longer run ahead queueing the
+# next kernels. That cost is the queued work, not a fixed figure, so the right panel counts the
+# synchronisations rather than timing them.
 
 # %%
 import statistics, time
 import matplotlib.pyplot as plt
 
-PUBLISHED_US = 50.0   # Boyer (above): µs per cudaMalloc, 4 KiB to 512 KiB, 2009 GPU
+PUBLISHED_US = 50.0   # Boyer (above), published: µs per cudaMalloc from 4 KB to 512 KB, about 2009
 
 def measured_cudamalloc_us(tries=15):
     """Median time of a torch.empty that must call cudaMalloc (CUDA only)."""
@@ -117,19 +129,32 @@ def measured_cudamalloc_us(tries=15):
 if gpu.kind == "cuda":
     per_call_us, source = measured_cudamalloc_us(), f"measured here on {gpu.name}"
 else:
-    per_call_us, source = PUBLISHED_US, "published: Boyer, U. Virginia (about 50 µs a call)"
-runs = {"caching allocator": cached, "no cache": uncached}
+    per_call_us, source = PUBLISHED_US, "published by Boyer, about 2009; not measured here"
 cost_ms = {name: s["num_device_alloc"] * per_call_us / 1000 for name, s in runs.items()}
 for name, ms in cost_ms.items():
-    print(f"{name:18}: {runs[name]['num_device_alloc']:4} cudaMalloc x {per_call_us:.0f} µs = {ms:7.2f} ms of driver time")
-fig, ax = plt.subplots(figsize=(7, 2.6), layout="constrained")
-bars = ax.barh(list(cost_ms), list(cost_ms.values()), color=["#0072B2", "#D55E00"])
-ax.bar_label(bars, labels=[f"{runs[n]['num_device_alloc']} calls, {ms:.2f} ms" for n, ms in cost_ms.items()], padding=3, fontsize=8)
-ax.set_xlabel("time spent in cudaMalloc over ten steps (ms)")
-ax.set_xlim(0, 1.3 * max(cost_ms.values()))
-ax.set_title(f"cudaMalloc time, at {per_call_us:.0f} µs a call ({source})", fontsize=9, loc="left")
+    print(f"{name:24}: {runs[name]['num_device_alloc']:4} cudaMalloc x {per_call_us:.0f} µs = "
+          f"{ms:6.2f} ms; {runs[name]['num_device_free']:4} cudaFree, each a device synchronisation")
+fig, (ax, ax_free) = plt.subplots(1, 2, figsize=(10, 2.8), layout="constrained", sharey=True)
+colours = ["#0072B2", "#E69F00", "#D55E00"]
+bars = ax.barh(list(cost_ms), list(cost_ms.values()), color=colours)
+ax.bar_label(bars, labels=[f"{runs[n]['num_device_alloc']} calls, {ms:.2f} ms" for n, ms in cost_ms.items()],
+             padding=3, fontsize=8)
+ax.set_xlabel("time in cudaMalloc over ten steps (ms)")
+ax.set_xlim(0, 1.45 * max(cost_ms.values()))
+ax.invert_yaxis()
+ax.set_title(f"cudaMalloc at {per_call_us:.0f} µs a call\n({source})", fontsize=9, loc="left")
+frees = [runs[n]["num_device_free"] for n in runs]
+bars = ax_free.barh(list(runs), frees, color=colours)
+ax_free.bar_label(bars, labels=[f"{n} cudaFree" for n in frees], padding=3, fontsize=8)
+ax_free.set_xlabel("cudaFree calls over ten steps")
+ax_free.set_xlim(0, 1.45 * max(max(frees), 1))
+ax_free.set_title("cudaFree: each one waits until the GPU\nhas finished all queued work", fontsize=9, loc="left")
 plt.close(fig)
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [b.get_width() for b in ax_free.patches] == frees and frees[0] == 0
+assert [round(b.get_width(), 6) for b in ax.patches] == [round(v, 6) for v in cost_ms.values()]
 
 # %% [markdown]
 # ## Rule 1: sizes are rounded (`round_size`)

@@ -159,6 +159,21 @@ assert "Tried to allocate 2.00 GiB" in message
 assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
 
 # %% [markdown]
+# Passing `request=2 GiB` asks the block map what c10's malloc would do with a 2 GiB tensor:
+# where `get_free_block` would put it, or, when no cached block fits, what the driver, the
+# release of the cache and the retry would give. Its caption walks the path you just saw fail.
+
+# %%
+fig = gml.show(sim, request=2 * GiB, title="8 GiB card, asked for 2 GiB")
+print(fig.gml_blockmap["request_text"])
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+_verdict = fig.gml_blockmap["request_text"]
+assert "cudaMalloc(2.00 GiB) fails: the driver has 1024.00 MiB free" in _verdict
+assert "none here: every segment holds a live block" in _verdict and _verdict.endswith("raises OutOfMemoryError")
+
+# %% [markdown]
 # Read the message as evidence: *"reserved by PyTorch but unallocated"* is the cached free memory.
 # When that number is large while the request fails, the cache is **fragmented**. PyTorch's own
 # hint, at the end, points at the fix of notebook 06.

@@ -140,6 +140,11 @@ assert m["non_releasable_bytes"] == m["free_bytes"] == 4 * GiB
 fig = gml.show(card, request=2 * GiB, title="fragmented card after empty_cache()")
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+_verdict = fig.gml_blockmap["request_text"]
+assert "cudaMalloc(2.00 GiB) fails" in _verdict and _verdict.endswith("raises OutOfMemoryError")
+assert "none here: every segment holds a live block" in _verdict
+
 # %%
 print(card.memory_summary(abbreviated=True))
 
@@ -178,7 +183,8 @@ assert s["num_alloc_retries"] == 1 and s["num_device_free"] == 2 and s["num_ooms
 # %%
 def loop(call_empty_cache, steps=20):
     card = gml.SimulatedGPU("8GiB", alloc_conf="")
-    for _ in range(steps):
+    for step in range(steps):
+        card.set_memory_metadata(f"step {step}")     # marks the steps in the trace (the timeline's x)
         act = card.empty(512 * MiB)
         tmps = [card.empty(n * MiB) for n in (3, 40, 96)]
         del act, tmps
@@ -193,6 +199,10 @@ for flag, looped in loops.items():
           f"cudaFree {s['num_device_free']:3}, device syncs {s['num_sync_all_streams']:3}")
 fig = gml.timeline([loops[False], loops[True]], labels=["cache kept", "empty_cache() every step"])
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
+assert fig.axes[0].get_xlim() == fig.axes[1].get_xlim()
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert loops[True].memory_stats()["num_device_alloc"] > 10 * loops[False].memory_stats()["num_device_alloc"]

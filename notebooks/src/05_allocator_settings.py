@@ -101,6 +101,10 @@ for ax, (conf, (card, outcome, live)) in zip(axes, runs.items()):
 plt.close(fig)
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+_caption = " ".join(axes[0].get_xlabel().split())      # the verdict under the defaults' map
+assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises OutOfMemoryError" in _caption
+
 # %% [markdown]
 # With the defaults, the 50 MiB tensors were cut out of the cached 1 GiB block (no `cudaMalloc`
 # at all), and the second 1 GiB request met a split segment that `empty_cache` cannot return.
@@ -139,6 +143,7 @@ def growing(conf, steps=30):
     card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
     card.set_per_process_memory_fraction(0.5)
     for step in range(steps):
+        card.set_memory_metadata(f"step {step}")   # marks the steps in the trace (the timeline's x)
         size = (200 + 60 * step) * MiB
         pair = [card.empty(size) for _ in range(2)]
         del pair
@@ -162,11 +167,23 @@ assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 # %%
 fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
                    labels=["defaults", "garbage_collection_threshold:0.6"])
+from gpumemlab.viz.memory_timeline import release_moments
+moments = {d["label"]: release_moments(d) for d in fig.gml_timeline}
+for label, (rules, freed) in moments.items():
+    print(f"{label:34}: {len(freed)} segments freed in {len(rules)} release moments (grey rules)")
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+_freed = [len(f) for _, f in moments.values()]
+assert _freed == [runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
+assert all(len(r) <= len(f) for r, f in moments.values())
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
+
 # %% [markdown]
-# Both runs free the same number of segments (the `cudaFree` count above; the grey rules);
-# the difference is *how* and *when*. Without GC every release came from the emergency path (a
+# Both runs free the same number of segments (the `cudaFree` count above). A grey rule is not a
+# segment but a release moment: one rule for each burst of segments freed together (printed
+# above: the counts of rules differ, the segments freed do not). The difference is *how* and
+# *when*. Without GC every release came from the emergency path (a
 # failed `cudaMalloc`, a synchronization of the whole device, then a retry: the retry and sync
 # counts above), and reserved memory climbs to the 4 GiB limit before each release (the upper
 # panel's peaks). With GC the old blocks leave before the limit is reached, with no retry and
@@ -214,7 +231,8 @@ def variable_lengths(conf, total_memory="8GiB", seed=0):
     rng = random.Random(seed)
     card = gml.SimulatedGPU(total_memory, alloc_conf=conf)
     live = []
-    for _ in range(300):
+    for step in range(300):
+        card.set_memory_metadata(f"step {step}")     # marks the steps in the trace (the timeline's x)
         seq_len = rng.randint(64, 2048)
         try:
             live.append(card.empty(seq_len * 64 * KiB + rng.randint(0, 4095)))
@@ -242,6 +260,9 @@ assert cards["roundup_power2_divisions:4"].max_memory_reserved() < cards[""].max
 fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
                    labels=["defaults", "roundup_power2_divisions:4"])
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
 
 # %% [markdown]
 # Rounding trades a little internal waste for less fragmentation here: the numbers above show

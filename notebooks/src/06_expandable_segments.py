@@ -98,12 +98,16 @@ gml.predict("06.p2", "With expandable_segments:True, does the 2 GiB request succ
 # %%
 def notebook_02_workload(conf, total_memory="8GiB", request=2 * GiB):
     card = gml.SimulatedGPU(total_memory, alloc_conf=conf)
+    card.set_memory_metadata("7 GiB warm-up")        # phase marks for the timeline's x-axis
     warm = card.empty(7 * GiB)
     del warm
+    card.set_memory_metadata("seven 1 GiB")
     blocks = [card.empty(GiB) for _ in range(7)]
+    card.set_memory_metadata("every other freed")
     for i in (0, 2, 4, 6):
         blocks[i] = None
     keep = [b for b in blocks if b is not None]
+    card.set_memory_metadata("the 2 GiB request")
     try:
         keep.append(card.empty(request))
         outcome = "ok"
@@ -183,6 +187,9 @@ fig
 # %%
 fig = gml.timeline([cards[""][0], es_card], labels=["defaults", "expandable_segments:True"])
 fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis, in phases
 
 # %% [markdown]
 # Upper panel: with the defaults reserved memory stays at 7 GiB and the 2 GiB request ends in

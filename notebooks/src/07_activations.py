@@ -4,7 +4,8 @@
 # In training, the largest and most changeable part of GPU memory is usually not the weights but
 # the **activations**: the intermediate results the forward pass keeps so that the backward pass
 # can compute gradients. They grow with the batch size and the sequence length (attention
-# scores even with its square), and they come and go every step in many different sizes, which
+# scores with its square, where a sequence × sequence matrix is kept at all), and they come and
+# go every step in many different sizes, which
 # is exactly what fragments a cache.
 #
 # This notebook runs a real (small) transformer in torch **on the CPU**, records every tensor
@@ -108,15 +109,19 @@ gml.reveal("07.p2", round(peak[32, False] / peak[8, False], 2))
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert peak[8, False] < peak[16, False] < peak[32, False]          # activations grow with the batch
 assert all(peak[b, True] < peak[b, False] for b in (8, 16, 32))    # checkpointing keeps less
+_act = {k: v[0].bytes_by_category()["activation"] for k, v in rows.items()}
+assert abs(_act[32, False] / _act[8, False] - 4) < 0.01             # four times the batch, four times the bytes
+assert peak[32, False] / peak[8, False] < 4                         # the peak grows less than that
 
 # %% [markdown]
 # Without checkpointing the activation memory grows in proportion to the batch (the
 # activations column: four times the batch, four times the bytes), and the peak grows less than
 # that because the weights, gradients and optimizer state do not depend on the batch. With
 # checkpointing only each block's input is kept; the block's internals are recomputed in
-# backward, one block at a time. The cost is compute: the forward pass of every block runs
-# twice, which the category table shows as far more *temporary* bytes, and the clock shows as a
-# longer step (measured below with torch on this CPU).
+# backward, one block at a time. The cost is compute: in backward each block's forward runs
+# again, which the category table shows as far more *temporary* bytes. Below, the operations are
+# counted (`torch.utils.flop_counter`: the same on every machine), and the step is timed on this
+# CPU several times each way, with the spread: on a shared CPU one timing can come out either way.
 
 # %%
 for batch in (8, 32):
@@ -124,57 +129,110 @@ for batch in (8, 32):
     print(f"batch {batch}: temporaries {gml.format_size(off['temporary'])} -> {gml.format_size(on['temporary'])} "
           f"(recomputation), activations {gml.format_size(off['activation'])} -> {gml.format_size(on['activation'])}")
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+for _b in (8, 32):
+    _off, _on = rows[_b, False][0].bytes_by_category(), rows[_b, True][0].bytes_by_category()
+    assert _on["temporary"] > _off["temporary"] and _on["activation"] < _off["activation"]
+
+# %%
+flops = {ckpt: tiny_lm.step_flops(8, ckpt=ckpt) for ckpt in (False, True)}
+extra = flops[True]["step"] - flops[False]["step"]
+print(f"batch 8, forward and backward: {flops[False]['step'] / 1e9:.2f} GFLOP without checkpointing, "
+      f"{flops[True]['step'] / 1e9:.2f} GFLOP with it ({100 * extra / flops[False]['step']:+.1f}%)")
+print(f"recomputed in backward: {extra / 1e9:.2f} GFLOP = {100 * extra / flops[False]['blocks_forward']:.0f}% "
+      f"of the blocks' forward ({flops[False]['blocks_forward'] / 1e9:.2f} GFLOP)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert flops[True]["blocks_forward"] == flops[False]["blocks_forward"]
+assert 0 < extra <= flops[False]["blocks_forward"]     # at most one more forward of the blocks
+
 # %%
 import statistics, time
 import torch.nn.functional as F
 
-def step_seconds(ckpt, batch=8, seq=64, repeats=2):
-    """Median wall time of one training step on this CPU (no capture)."""
+def step_times(ckpt, batch=8, seq=64, repeats=5):
+    """Wall times of one training step on this CPU (no capture), after one warm-up step."""
     torch.manual_seed(0)
     model = tiny_lm.TinyLM(ckpt)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, tiny_lm.VOCAB, (batch, seq + 1))
     times = []
-    for _ in range(repeats + 1):                     # the first run warms up
+    for _ in range(repeats + 1):
         start = time.perf_counter()
         loss = F.cross_entropy(model(tokens[:, :-1]).reshape(-1, tiny_lm.VOCAB), tokens[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
+        times.append(1000 * (time.perf_counter() - start))
+    return times[1:]
 
-plain_s, ckpt_s = step_seconds(False), step_seconds(True)
-print(f"batch 8 step on this CPU: {1000 * plain_s:.1f} ms without checkpointing, {1000 * ckpt_s:.1f} ms with it "
-      f"({100 * (ckpt_s / plain_s - 1):+.0f}%)")
+timed = {ckpt: step_times(ckpt) for ckpt in (False, True)}
+for ckpt, ms in timed.items():
+    print(f"{'with' if ckpt else 'without'} checkpointing: median {statistics.median(ms):6.1f} ms, "
+          f"range {min(ms):6.1f} to {max(ms):6.1f} ms over {len(ms)} steps")
+print("the ranges overlap: this CPU's clock cannot tell them apart; the count above can"
+      if min(timed[True]) <= max(timed[False]) else "the ranges do not overlap")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert all(len(ms) == 5 and min(ms) > 0 for ms in timed.values())
 
 # %%
 fig = gml.timeline([rows[32, False][1], rows[32, True][1]], labels=["batch 32", "batch 32, checkpointing"])
 fig
 
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis, in phases
+
 # %% [markdown]
 # ## Sequence length
 #
-# Most activations grow in proportion to the sequence length; the attention scores, a
-# sequence × sequence matrix per head, grow with its square. The table prints, for each doubling,
-# by how much the activations kept for backward and the peak grow.
+# Most activations grow in proportion to the sequence length S. The attention scores, softmax(QKᵀ),
+# are an S × S matrix per head, and grow with its square *if they are kept*. This model calls
+# `nn.MultiheadAttention(..., need_weights=False)`, which lets PyTorch run fused attention
+# (`scaled_dot_product_attention`): the scores are computed piece by piece and no S × S matrix is
+# ever allocated. `need_weights=True` asks for the attention weights, so PyTorch computes
+# softmax(QKᵀ) itself and keeps it for backward. The table records both for each doubling of S.
 
 # %%
+HEADS, LAYERS = tiny_lm.HEADS, tiny_lm.LAYERS
 seq_rows = {}
+for weights in (False, True):
+    for seq in (32, 64, 128):
+        r = record_step(8, seq=seq, need_weights=weights)
+        seq_rows[weights, seq] = (r.bytes_by_category()["activation"], gml.replay(r).peak_allocated)
+for weights in (False, True):
+    print("need_weights=True (softmax(QK^T) kept)" if weights else "need_weights=False (fused attention)")
+    previous = None
+    for seq in (32, 64, 128):
+        act, pk = seq_rows[weights, seq]
+        growth = "" if previous is None else f"  (x{act / previous[0]:.2f} activations, x{pk / previous[1]:.2f} peak)"
+        print(f"  batch 8, sequence {seq:4}: activations {gml.format_size(act):>11}, peak allocated {gml.format_size(pk):>11}{growth}")
+        previous = (act, pk)
+print("what need_weights=True adds, against one S x S matrix of 4-byte floats per head, batch row and layer:")
+square = {}
 for seq in (32, 64, 128):
-    r = record_step(8, seq=seq)
-    seq_rows[seq] = (r.bytes_by_category()["activation"], gml.replay(r).peak_allocated)
-previous = None
-for seq, (act, pk) in seq_rows.items():
-    growth = "" if previous is None else f"  (x{act / previous[0]:.2f} activations, x{pk / previous[1]:.2f} peak)"
-    print(f"batch 8, sequence {seq:4}: activations {gml.format_size(act):>11}, peak allocated {gml.format_size(pk):>11}{growth}")
-    previous = (act, pk)
+    added = seq_rows[True, seq][0] - seq_rows[False, seq][0]
+    square[seq] = LAYERS * 8 * HEADS * seq * seq * 4
+    print(f"  S = {seq:4}: adds {gml.format_size(added):>11}; S x S matrices {gml.format_size(square[seq]):>11} "
+          f"({100 * square[seq] / seq_rows[True, seq][0]:.0f}% of the activations); the rest {gml.format_size(added - square[seq]):>11}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+for _s in (64, 128):
+    assert abs(seq_rows[False, _s][0] / seq_rows[False, _s // 2][0] - 2) < 1e-3       # fused: linear in S
+    assert seq_rows[True, _s][0] / seq_rows[True, _s // 2][0] > 2.05                   # kept scores: more than linear
+    _rest, _half = (seq_rows[True, _s][0] - seq_rows[False, _s][0] - square[_s],
+                    seq_rows[True, _s // 2][0] - seq_rows[False, _s // 2][0] - square[_s // 2])
+    assert _rest == 2 * _half                    # beyond the S x S matrices, what is added is linear
+    assert square[_s] / seq_rows[True, _s][0] > square[_s // 2] / seq_rows[True, _s // 2][0]   # their share grows
 
 # %% [markdown]
-# Doubling the sequence roughly doubles the activations here (the ratios above): at this size
-# the score matrices are a small part of them; they would dominate at long sequences. The peak
-# grows by less, because the weights, gradients and Adam's state do not depend on the
-# sequence at all.
+# With fused attention the activations double exactly with the sequence: no term grows with its
+# square. With `need_weights=True` they grow faster than the sequence, and what they add is exactly
+# one S × S matrix per head, batch row and layer (the quadratic term) plus a part linear in S.
+# Their share of the activations (printed) grows with S: they quadruple with each doubling while
+# the rest doubles, so at long sequences they dominate, which is why fused attention matters. The peak
+# grows by less than the activations, because the weights, gradients and Adam's state do not
+# depend on the sequence at all.
 
 # %% [markdown]
 # ## A card that is too small
@@ -232,11 +290,17 @@ assert fit_on > fit_off
 # %%
 def step_on_card(batch, checkpointing, card_size):
     limit = None if card_size == "no limit" else card_size
-    return gml.replay(record_step(batch, ckpt=checkpointing == "on"), total_memory=limit)
+    # history=True: the replay keeps its own trace, so the map can show the peak, not the end
+    return gml.replay(record_step(batch, ckpt=checkpointing == "on"), total_memory=limit, history=True)
 
 controls = gml.whatif(step_on_card, batch=[8, 16, 24, 32], checkpointing=["off", "on"],
                       card_size=["no limit", card, 2 * card], title="one training step")
 controls
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+from gpumemlab.viz.history import History as _History
+_h = _History(step_on_card(8, "off", "no limit"))
+assert len(_h) > 0 and controls.at == "peak"       # a trace to find the peak in: the map is drawn there
 
 # %% [markdown]
 # ## Offload and recompute

@@ -234,10 +234,21 @@ gml.reveal("10.p3", first[0] if first else "none")
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert adam.causes == ["one-time state", "steady", "steady"]
 assert adam.iterations[0].kept_bytes == 2 * param_bytes
+import torch as _torch
+_model = cases.mlp()
+_opt = _torch.optim.Adam(_model.parameters())
+_model(_torch.ones(2, 256)).sum().backward()
+_opt.step()
+_steps = [_opt.state[_p]["step"] for _p in _model.parameters()]
+assert all(_s.device.type == "cpu" and _s.numel() == 1 for _s in _steps)   # host, unless capturable/fused
+assert not _opt.defaults["capturable"] and not _opt.defaults["fused"]
 
 # %% [markdown]
-# The state is exactly two copies of the parameters (Adam's 4-byte step counters are made by
-# `torch.tensor`, which runs no operator the capture sees). The allocating frames sit in
+# The state is exactly two copies of the parameters. Adam also keeps a `step` counter per
+# parameter, but on the CPU: a one-element `torch.tensor` in host memory (kernel launches for a
+# counter would cost more than they save), unless `capturable=True` or `fused=True`, which put it
+# on the parameters' device. On a GPU it takes no device memory, and the capture does not count
+# it either. The allocating frames sit in
 # `torch/optim/adam.py`, and no later step keeps bytes there, so this is **one-time state**: budget
 # for it, it does not grow.
 #
