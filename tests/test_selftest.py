@@ -192,7 +192,10 @@ def test_worker_snapshot_is_a_recording_that_replays_exactly(tmp_path):
 def test_lesson_10_and_11_workloads_follow_the_rules():
     """Known answers: a kept output of 8 MiB + 1,000 bytes adds round_size of it (to 512 B) a
     step; lesson 11's shared pool reserves what its exercise computes for the same orders."""
-    from gpumemlab.lessons.pools_and_graphs import BATCHES_11, reserved_for_order
+    from gpumemlab.lessons.pools_and_graphs import LARGEST_FIRST_11, capture_graphs
+
+    def reserved_for_order(order):
+        return capture_graphs(list(order))[0].memory_reserved()
 
     rec = st.run_simulated(st.by_name("growing_loop_kept"), 2 * GiB)
     out = 2 * GiB // 256 + 1000
@@ -200,8 +203,8 @@ def test_lesson_10_and_11_workloads_follow_the_rules():
     after = rec.notes["allocated_after_step"]
     assert [b - a for a, b in zip(after, after[1:])] == [rounded] * (len(after) - 1)
     rec = st.run_simulated(st.by_name("graph_capture_order"), 2 * GiB)
-    assert rec.notes["pool_reserved"] == [reserved_for_order(BATCHES_11),
-                                          reserved_for_order(tuple(reversed(BATCHES_11)))]
+    assert rec.notes["pool_reserved"] == [reserved_for_order(LARGEST_FIRST_11),
+                                          reserved_for_order(reversed(LARGEST_FIRST_11))]
     # the graphs were reset and the cache emptied: nothing stays reserved
     assert rec.steps[-1]["reserved"] == 0
 

@@ -95,7 +95,10 @@ question("11.p4", "size", misconceptions=(
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)
-def graph_capture_order(gpu, *, orders=(BATCHES_11, tuple(reversed(BATCHES_11))),
+LARGEST_FIRST_11 = (8, 4, 2, 1)
+
+
+def graph_capture_order(gpu, *, orders=(LARGEST_FIRST_11, tuple(reversed(LARGEST_FIRST_11))),
                         release: bool = True):
     """Lesson 11's captures as plain allocations: for each order, one graph per batch size
     captured into one shared pool (``graph_pool_handle``), each capture making three 3 MiB-a-
