@@ -24,6 +24,10 @@ _MODULES = {
     "comparison": ("compare", "block_size_sweep", "Comparison"),
     "budget": ("budget", "StartupBudget", "BudgetError"),
     "graph_pool": ("graph_pool", "ForwardTraces", "GraphPool", "vllm_capture_sizes"),
+    "prefix_workloads": ("prefix_workload", "PrefixWorkload", "PrefixRequest"),
+    "prefix_cache": ("HashBlockPool",),
+    "radix_cache": ("RadixCache",),
+    "prefix_sim": ("simulate_prefix", "PrefixResult"),
 }
 _LAZY = {name: ("." + module, name) for module, names in _MODULES.items() for name in names}
 
