@@ -115,3 +115,15 @@ def test_cpu_tier_adds_hits_counted_apart_with_their_transfer_time():
     assert tiered.host_saving_s(prefill_tokens_per_s=1e9) < 0 < tiered.host_saving_s(1e3)
     with pytest.raises(ValueError, match="vllm policy only"):
         simulate_prefix(w, "radix", host_blocks=10)
+
+
+def test_sweep_keeps_memory_constant_and_large_blocks_lose_hits():
+    from gpumemlab.kvcache.prefix_figures import prefix_sweep, sweep_table
+    rows = prefix_sweep(num_requests=120, kinds=("system-prompt",), block_sizes=(16, 256),
+                        pool_tokens=(16_384,), pool_at=16_384)
+    by = {(r.policy, r.block_size): r for r in rows}
+    # a 1000-token system prompt: blocks of 16 reuse 992 tokens of it, blocks of 256 only 768
+    assert by[("vllm", 16)].saved_tokens == 119 * 992
+    assert by[("vllm", 256)].saved_tokens == 119 * 768
+    assert by[("radix", 1)].saved_tokens == 119 * 1000
+    assert "system-prompt" in sweep_table(rows)

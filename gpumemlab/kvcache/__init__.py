@@ -28,6 +28,7 @@ _MODULES = {
     "prefix_cache": ("HashBlockPool",),
     "radix_cache": ("RadixCache",),
     "prefix_sim": ("simulate_prefix", "PrefixResult"),
+    "prefix_figures": ("prefix_sweep", "prefix_figure", "cpu_tier_rows"),
     "sleep_mode": ("sleep_wake_cycle", "CuMemEngine", "TrainerStep", "CycleResult", "WakeUpError"),
 }
 _LAZY = {name: ("." + module, name) for module, names in _MODULES.items() for name in names}

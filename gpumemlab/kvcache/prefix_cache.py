@@ -21,13 +21,18 @@ from __future__ import annotations
 from collections import OrderedDict
 
 
-def block_hashes(tokens, block_size: int, limit: int | None = None) -> list:
-    """Chained hashes of the full blocks of ``tokens`` (at most ``limit`` blocks)."""
+def block_hashes(tokens, block_size: int, limit: int | None = None, known=()) -> list:
+    """Chained hashes of the full blocks of ``tokens`` (at most ``limit`` blocks).
+
+    ``known`` are hashes already computed for the first blocks (a prompt's, when its output
+    is added); the chain continues from the last of them.
+    """
     n = len(tokens) // block_size
     if limit is not None:
         n = min(n, limit)
-    out, parent = [], None
-    for i in range(n):
+    out = list(known[:n])
+    parent = out[-1] if out else None
+    for i in range(len(out), n):
         parent = hash((parent, tuple(tokens[i * block_size:(i + 1) * block_size])))
         out.append(parent)
     return out
@@ -107,9 +112,11 @@ class HashBlockPool:
             if self.hash_of[b] is None:
                 self._cache(b, h)
 
-    def release(self, blocks, tokens) -> None:
-        """The request finished: cache its full blocks, then free them, last block first."""
-        for b, h in zip(blocks, block_hashes(tokens, self.block_size)):
+    def release(self, blocks, tokens, known=()) -> None:
+        """The request finished: cache its full blocks, then free them, last block first.
+
+        ``known``: the prompt's hashes from ``admit``, so that only the output's are computed."""
+        for b, h in zip(blocks, block_hashes(tokens, self.block_size, known=known)):
             if self.hash_of[b] is None:
                 self._cache(b, h)
         for b in reversed(blocks):

@@ -128,7 +128,7 @@ def simulate_prefix(workload, policy: str = "vllm", *, num_blocks: int = 4096, b
                 cache.cache_prompt(handle, r.prompt)
             else:
                 blocks, gpu_hits, host_hits, hashes = got
-                hit, handle = gpu_hits * bs, blocks
+                hit, handle = gpu_hits * bs, (blocks, hashes)
                 host_tokens += host_hits * bs
                 if key == "vllm":
                     hashed += len(hashes)
@@ -146,10 +146,10 @@ def simulate_prefix(workload, policy: str = "vllm", *, num_blocks: int = 4096, b
         if key == "radix":
             cache.release(handle, r.prompt + r.output)
         elif key == "none":
-            cache.release(handle, ())
+            cache.release(handle[0], ())
         else:
             hashed += (r.total // bs) - (len(r.prompt) // bs)
-            cache.release(handle, r.prompt + r.output)
+            cache.release(handle[0], r.prompt + r.output, known=handle[1])
         done[rid] = True
         finished += 1
     steps = step

@@ -62,7 +62,7 @@ def _check(n, name="num_requests"):
         raise ValueError(f"{name} must be a positive int, got {n!r}")
 
 
-def prefix_workload(kind: str, num_requests: int = 1000, *, seed: int = 0, shared_len: int = 1024,
+def prefix_workload(kind: str, num_requests: int = 1000, *, seed: int = 0, shared_len: int = 1000,
                     num_prefixes: int = 8, turns: int = 4, user_mean: int = 100,
                     output_mean: int = 200) -> PrefixWorkload:
     """A seeded stream of ``num_requests`` requests of ``kind`` (see ``KINDS``).
