@@ -1,8 +1,8 @@
 """Start-up budget: vLLM's arithmetic by hand, the graph pool against the allocator's reuse, bad input."""
 import pytest
 
-from gpumemlab.kvcache.budget import REDUNDANCY_BUFFER, BudgetError, budget
-from gpumemlab.kvcache.graph_pool import graph_pool, vllm_capture_sizes
+from gpumemlab.kvcache.startup_budget import REDUNDANCY_BUFFER, BudgetError, budget
+from gpumemlab.kvcache.graph_pools import graph_pool, vllm_capture_sizes
 from gpumemlab.kvcache.sizing import ModelShape
 from gpumemlab.units import GiB, MiB
 

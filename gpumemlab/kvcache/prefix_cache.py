@@ -1,6 +1,6 @@
 """Prefix caching by block hash, as vLLM V1 does it, with an optional CPU tier under it.
 
-Models ``vllm/v1/core/block_pool.py`` and ``kv_cache_utils.py`` (vLLM 0.29):
+Models ``vllm/v1/core/block_pool.py`` and ``vllm/v1/core/kv_cache_utils.py`` (vLLM 0.29):
 
 * a FULL block's hash is ``hash((parent block's hash, its tokens))``, so equal hashes mean an equal
   prefix up to and including that block; partial blocks are never cached;

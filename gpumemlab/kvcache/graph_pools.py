@@ -1,6 +1,7 @@
 """CUDA-graph pools at server start-up: what vLLM estimates, and what the caching allocator reserves.
 
-Models two things vLLM's V1 GPU model runner does with CUDA graphs (``gpu_model_runner.py``):
+Models two things vLLM's V1 GPU model runner does with CUDA graphs
+(``vllm/v1/worker/gpu_model_runner.py``):
 
 * ``profile_cudagraph_memory`` (the estimate): capture the two LARGEST capture sizes into a
   temporary pool, read the drop in ``cudaMemGetInfo`` free memory around each, and extrapolate

@@ -1,8 +1,8 @@
 """``budget``: how a vLLM server splits a GPU at start-up, replayed step by step on a simulated card.
 
 Models vLLM 0.29's V1 worker (``vllm/v1/worker/gpu_worker.py``: ``determine_available_memory``
-and the ``--kv-cache-memory`` suggestion of ``compile_or_warm_up_model``; ``vllm/v1/core/
-kv_cache_utils.py``: ``get_num_blocks``, ``get_max_concurrency_for_kv_cache_config``):
+and the ``--kv-cache-memory`` suggestion of ``compile_or_warm_up_model``) and its block count
+(``vllm/v1/core/kv_cache_utils.py``: ``get_num_blocks``, ``get_max_concurrency_for_kv_cache_config``):
 
     requested  = total x gpu_memory_utilization
     non_kv     = weights + profiled activation peak + non-torch memory
@@ -13,7 +13,7 @@ kv_cache_utils.py``: ``get_num_blocks``, ``get_max_concurrency_for_kv_cache_conf
 
 Then the start-up is run on a :class:`~gpumemlab.devices.simulated.SimulatedGPU`: the weights,
 the profile run (the activation trace of a real forward pass recorded with ``gml.capture``), the
-graph estimate (``graph_pool.vllm_estimate``), the KV cache, the real captures into one shared
+graph estimate (``graph_pools.vllm_estimate``), the KV cache, the real captures into one shared
 pool, and one more eager forward at the largest batch; whatever does not fit is reported with
 the step and the shortfall. Not modelled: several KV-cache groups (hybrid models), tensor
 parallelism, and the encoder/multimodal budgets.
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gpumemlab.units import MiB, format_size, parse_size
 
-from .graph_pool import capture_all, run_events, vllm_estimate
+from .graph_pools import capture_all, run_events, vllm_estimate
 from .sizing import dtype_bytes, model_shape
 
 REDUNDANCY_BUFFER = 150 * MiB    # vLLM leaves this much when it suggests --kv-cache-memory
@@ -177,7 +177,7 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
         other_memory: memory already in use when the server starts (CUDA context, other
             processes); it must fit outside the requested share.
         capture_sizes: CUDA-graph batch sizes; ``graph_traces(size)`` gives each capture's events
-            (a :class:`~gpumemlab.kvcache.graph_pool.ForwardTraces`).
+            (a :class:`~gpumemlab.kvcache.graph_pools.ForwardTraces`).
         estimate_cudagraphs: subtract vLLM's graph estimate (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``).
 
     Raises:
