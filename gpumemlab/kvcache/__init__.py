@@ -23,12 +23,12 @@ _MODULES = {
     "sharing": ("sharing_savings", "SharingResult"),
     "comparison": ("compare", "block_size_sweep", "Comparison"),
     "startup_budget": ("budget", "StartupBudget", "BudgetError"),
-    "graph_pools": ("graph_pool", "ForwardTraces", "GraphPool", "vllm_capture_sizes"),
+    "graph_pools": ("graph_pool", "ForwardTraces", "GraphPool", "vllm_capture_sizes", "run_events"),
     "prefix_workloads": ("prefix_workload", "PrefixWorkload", "PrefixRequest"),
     "prefix_cache": ("HashBlockPool",),
     "radix_cache": ("RadixCache",),
     "prefix_sim": ("simulate_prefix", "PrefixResult"),
-    "prefix_figures": ("prefix_sweep", "prefix_figure", "cpu_tier_rows"),
+    "prefix_figures": ("prefix_sweep", "prefix_figure", "cpu_tier_rows", "sweep_table", "cpu_tier_table"),
     "sleep_mode": ("sleep_wake_cycle", "CuMemEngine", "TrainerStep", "CycleResult", "WakeUpError"),
 }
 _LAZY = {name: ("." + module, name) for module, names in _MODULES.items() for name in names}

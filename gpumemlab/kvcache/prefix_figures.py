@@ -124,10 +124,11 @@ def prefix_figure(rows):
                    title="evictions vs pool size")
     axes[1, 1].set(xscale="log", xlabel="pool size (token slots)", ylabel="GiB (Llama-3-8B KV)",
                    title="memory held by cached, unused blocks (mean)")
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import NullLocator
+    pools = sorted({r.pool_tokens for r in rows})
     for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 1024:g}K"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(pools, [f"{p // 1024}K" for p in pools])
     axes[0, 0].legend(fontsize=7)
     axes[0, 1].legend(fontsize=7)
     fig.tight_layout()

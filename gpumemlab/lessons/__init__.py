@@ -5,7 +5,7 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
 * ``caching_allocator`` (01), ``fragmentation`` (02), ``evidence`` (03), ``empty_cache`` (04),
   ``allocator_settings`` (05), ``expandable_segments`` (06), ``activations`` (07, with its model
   ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09), ``memory_that_grows`` (10, with its
-  real torch loops ``growth_cases``), ``pools_and_graphs`` (11);
+  real torch loops ``growth_cases``), ``pools_and_graphs`` (11), ``serving_memory`` (12);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
@@ -21,6 +21,6 @@ from gpumemlab.quizkit import exercise
 from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
 from . import (activations, allocator_settings, caching_allocator, diagnose,  # noqa: F401
                empty_cache, evidence, expandable_segments, fragmentation, memory_that_grows,
-               paged_kv_cache, pools_and_graphs)
+               paged_kv_cache, pools_and_graphs, serving_memory)
 
 __all__ = ["exercise", "get", "all_exercises", "judge", "judge_json"]

@@ -1,0 +1,53 @@
+"""Lesson 12, serving memory beyond pages: its exercise (the largest KV cache an engine can give
+itself and still wake up beside a trainer). The judge runs the sleep/train/wake cycle of
+``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the learner's KV size and one
+GiB more (see ``lesson_exercises`` for the contract)."""
+from __future__ import annotations
+
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.units import GiB
+
+CARD_12 = "24GiB"
+WEIGHTS_12 = "6GiB"
+GRAPHS_12 = "512MiB"
+
+
+def wakes_12(kv_gib: int) -> tuple:
+    """(woke up, the cycle's result) for a KV cache of ``kv_gib`` GiB, with ``empty_cache()``
+    before the wake-up and default allocator settings."""
+    from gpumemlab.kvcache.sleep_mode import WakeUpError, sleep_wake_cycle
+    try:
+        r = sleep_wake_cycle(CARD_12, weights=WEIGHTS_12, kv_cache=kv_gib * GiB, graph_pool=GRAPHS_12,
+                             empty_cache_before_wake=True)
+    except WakeUpError as exc:        # the engine does not even start
+        return False, str(exc)
+    return r.woke, r
+
+
+@exercise("12.ex", "the largest KV cache that still wakes up",
+          "A 24 GiB card is shared by a vLLM-like engine (6 GiB of weights, a 512 MiB CUDA-graph pool, "
+          "a KV cache of your size) and a trainer (the lesson's TrainerStep). The engine sleeps "
+          "(level 1), the trainer runs one step and offloads, empty_cache() is called, and the "
+          "engine wakes up. Give the LARGEST KV cache, in whole GiB, for which the wake-up succeeds "
+          "with the default allocator settings.",
+          "an int: GiB of KV cache",
+          hints=("The wake-up maps weights + KV cache from the driver; it needs that much free.",
+                 "After empty_cache(), what does the trainer's caching allocator still hold? "
+                 "The table of the lesson shows it.",
+                 "A tensor kept after the step pins the whole segment it was carved from."),
+          stub=15)
+def _judge_12(answer):
+    if isinstance(answer, bool) or not isinstance(answer, int) or not 1 <= answer <= 23:
+        raise AnswerShapeError("the answer is a whole number of GiB from 1 to 23")
+    woke, r = wakes_12(answer)
+    figures = {"kv_gib": answer, "woke": woke}
+    if not woke:
+        why = r.failure if hasattr(r, "failure") else r
+        return False, f"with {answer} GiB of KV cache the engine cannot wake up: {why}", figures
+    more, _ = wakes_12(answer + 1)
+    figures["one_more_woke"] = more
+    if more:
+        return False, (f"{answer} GiB wakes up, and so does {answer + 1} GiB: a larger KV cache "
+                       f"fits"), figures
+    return True, (f"{answer} GiB wakes up; {answer + 1} GiB would not: the segment the kept tensor "
+                  f"pins is what is missing"), figures
