@@ -127,3 +127,40 @@ def test_sweep_keeps_memory_constant_and_large_blocks_lose_hits():
     assert by[("vllm", 256)].saved_tokens == 119 * 768
     assert by[("radix", 1)].saved_tokens == 119 * 1000
     assert "system-prompt" in sweep_table(rows)
+
+
+def _release(cache, policy, handle, tokens):
+    if policy == "radix":
+        cache.release(handle, tokens)
+    else:
+        cache.release(handle[0], tokens, handle[1])
+    cache.check_invariants()
+
+
+@pytest.mark.parametrize("policy", ["vllm", "radix"])
+def test_invariants_hold_through_a_crowded_chat(policy):
+    w = prefix_workload("multi-turn", 80, seed=5, user_mean=20, output_mean=20)
+    cache = RadixCache(600) if policy == "radix" else HashBlockPool(40, 8, host_blocks=10)
+    running = []
+    for r in w.requests:
+        got = cache.admit(r.prompt, r.total)
+        while got is None and running:                  # finish the oldest, then retry
+            _release(cache, policy, *running.pop(0))
+            got = cache.admit(r.prompt, r.total)
+        if got is None:
+            continue                                    # longer than the whole pool
+        if policy == "radix":
+            handle, _ = got
+            cache.cache_prompt(handle, r.prompt)
+            running.append((handle, r.prompt + r.output))
+        else:
+            blocks, _, _, hashes = got
+            cache.cache_prompt(blocks, hashes)
+            running.append(((blocks, hashes), r.prompt + r.output))
+        cache.check_invariants()
+    for handle, tokens in running:
+        _release(cache, policy, handle, tokens)
+    if policy == "radix":
+        assert cache.owned_tokens == 0 and cache.locked_tokens == 0 and cache.evicted_tokens > 0
+    else:
+        assert len(cache.free) == cache.num_blocks and cache.evictions > 0 and cache.host_evictions > 0
