@@ -85,6 +85,7 @@ def test_graphs_not_counted_run_out_during_capture():
     ({"activation_peak": 30 * GiB}, "exceed the requested 36.00 GiB by 4.00 GiB"),
     ({"activation_peak": 31 * GiB}, "the profile run at the largest batch ran out of memory"),
     ({"other_memory": 8 * GiB}, "less than the requested 36.00 GiB by 4.00 GiB"),
+    ({"capture_sizes": (4, 0)}, "capture sizes must be positive ints, got 0"),
 ])
 def test_bad_input_is_one_line_with_the_excess(kwargs, words):
     with pytest.raises(BudgetError) as info:

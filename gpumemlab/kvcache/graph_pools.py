@@ -162,13 +162,14 @@ def graph_pool(traces, sizes, *, total_memory="80GiB", alloc_conf: str = "") -> 
     ``traces`` is a :class:`ForwardTraces` (or any ``size -> events`` callable).
     """
     from gpumemlab.devices.simulated import SimulatedGPU
-    sizes = _check_sizes(sizes)
+    sizes = check_sizes(sizes)
     gpu = SimulatedGPU(total_memory, alloc_conf=alloc_conf, record_history=False,
                        record_frames=False)
     return capture_all(gpu, traces, sizes)
 
 
-def _check_sizes(sizes) -> tuple:
+def check_sizes(sizes) -> tuple:
+    """``sizes`` as a tuple of positive ints, or a one-line ValueError."""
     sizes = tuple(sizes)
     for s in sizes:
         if isinstance(s, bool) or not isinstance(s, int) or s < 1:

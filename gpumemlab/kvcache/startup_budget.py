@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gpumemlab.units import MiB, format_size, parse_size
 
-from .graph_pools import capture_all, run_events, vllm_estimate
+from .graph_pools import check_sizes, capture_all, run_events, vllm_estimate
 from .sizing import dtype_bytes, model_shape
 
 REDUNDANCY_BUFFER = 150 * MiB    # vLLM leaves this much when it suggests --kv-cache-memory
@@ -200,7 +200,10 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
     if w > requested:
         raise BudgetError(f"weights of {f(w)} do not fit in the requested {f(requested)} "
                           f"({gpu_memory_utilization} x {f(total)}) by {f(w - requested)}")
-    sizes = tuple(sorted(set(capture_sizes), reverse=True))
+    try:
+        sizes = tuple(sorted(set(check_sizes(capture_sizes)), reverse=True))
+    except (TypeError, ValueError) as exc:
+        raise BudgetError(str(exc)) from None
     if sizes and graph_traces is None:
         raise BudgetError("capture_sizes need graph_traces (e.g. ForwardTraces(module, make_input))")
     max_len = shape.max_seq_len if max_model_len is None else max_model_len
@@ -212,6 +215,7 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
     gpu = SimulatedGPU(total, alloc_conf=alloc_conf, record_history=False, record_frames=False,
                        other_memory=other)
     events = _activation_events(activation_peak)
+    gpu.allocator.driver.other_bytes += non_torch     # NCCL and friends, held from the start
     hold = [gpu.empty(w)] if w else []
     try:
         peak_act = run_events(gpu, events)[0]
@@ -233,7 +237,6 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
                           f"({f(need * page * shape.num_layers)} of KV cache), only {num_blocks} "
                           f"fit: {f((need - num_blocks) * page * shape.num_layers)} short")
     failure, graph_reserved, peak_used = None, None, None
-    gpu.allocator.driver.other_bytes += non_torch     # NCCL and friends, held from now on
     step = "allocating the KV cache"
     gpu.reset_peak_memory_stats()
     try:
@@ -253,9 +256,9 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
     suggested = requested - non_kv - actual_graphs - REDUNDANCY_BUFFER
     suggested_gpu = total - other - non_kv - actual_graphs - REDUNDANCY_BUFFER
     return StartupBudget(total, gpu_memory_utilization, requested, w, peak_act, non_torch,
-                         estimate[0], bool(estimate_cudagraphs and sizes), available, page, shape.num_layers,
-                         block_size, num_blocks, max_len, graph_reserved, sizes, peak_used,
-                         failure, suggested, suggested_gpu)
+                         estimate[0], bool(estimate_cudagraphs and sizes), available, page,
+                         shape.num_layers, block_size, num_blocks, max_len, graph_reserved, sizes,
+                         peak_used, failure, suggested, suggested_gpu)
 
 
 def _shortfall(gpu, exc) -> str:
