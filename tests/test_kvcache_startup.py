@@ -49,6 +49,22 @@ def test_graph_pool_grows_when_a_larger_segment_is_needed():
     assert pool.estimate_bytes == 12 * MiB + 1 * MiB
 
 
+def _kept_output_traces(size):
+    """A capture of batch ``size`` leaves a ``size`` MiB output behind."""
+    return (("alloc", 1, size * MiB),)
+
+
+def test_kept_outputs_make_the_pool_grow_past_the_estimate():
+    # weak references (vLLM): 12 MiB gets its own segment; 10 and 8 MiB split it once freed
+    shared = graph_pool(_kept_output_traces, (12, 10, 8))
+    assert shared.reserved_bytes == 12 * MiB and shared.estimate_bytes == 12 * MiB + 2 * MiB
+    # outputs kept alive: 12 and 10 MiB (>= 10 MiB: exact segments), then 8 MiB in a 20 MiB one
+    kept = graph_pool(_kept_output_traces, (12, 10, 8), keep_outputs=True)
+    assert kept.increments == (12 * MiB, 10 * MiB, 20 * MiB) and kept.reserved_bytes == 42 * MiB
+    # the estimate: 12 + 2 x 10 = 32 MiB, 10 MiB short of what the pool holds
+    assert kept.estimate_bytes == 32 * MiB and kept.error_bytes == -10 * MiB
+
+
 def test_default_capture_sizes_are_vllms():
     sizes = vllm_capture_sizes(512)
     assert sizes[:4] == (1, 2, 4, 8) and sizes[-1] == 512 and len(sizes) == 51

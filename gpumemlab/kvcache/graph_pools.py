@@ -9,7 +9,9 @@ Models two things vLLM's V1 GPU model runner does with CUDA graphs
   away and the cache emptied.
 * ``capture_model`` (the real thing): capture every size, largest first, into ONE shared pool
   (``graph_pool_handle()``). Each graph's output is kept only as a weak reference, so its memory
-  returns to the pool and the next, smaller capture can reuse it.
+  returns to the pool and the next, smaller capture can reuse it. ``keep_outputs=True`` keeps
+  every output alive instead (a runner that holds static output buffers): then the pool grows
+  with every size and the linear estimate can fall short.
 
 What a capture allocates comes from a real torch forward pass recorded on the CPU with
 ``gml.capture`` (one trace per batch size); the allocations and frees after the trace's prelude
@@ -64,8 +66,9 @@ class ForwardTraces:
         return self._cache[size]
 
 
-def run_events(gpu, events) -> tuple[int, int]:
-    """Make the allocations and frees of ``events`` on ``gpu``; free what is left at the end.
+def run_events(gpu, events, kept: list | None = None) -> tuple[int, int]:
+    """Make the allocations and frees of ``events`` on ``gpu``; free what is left at the end,
+    or append it to ``kept`` (a list) to keep it alive.
 
     Returns ``(peak allocated increase, peak reserved increase)`` in bytes over the start.
     """
@@ -81,17 +84,20 @@ def run_events(gpu, events) -> tuple[int, int]:
             block = live.pop(key, None)
             if block is not None:
                 block.free()
-    for block in live.values():      # the output: vLLM keeps only a weak reference to it
-        block.free()
+    if kept is not None:
+        kept.extend(live.values())
+    else:
+        for block in live.values():  # the output: vLLM keeps only a weak reference to it
+            block.free()
     return peak_alloc, peak_res
 
 
-def _capture_one(gpu, events, pool):
+def _capture_one(gpu, events, pool, kept=None):
     """Capture one graph into ``pool``; return (graph, drop in driver free memory)."""
     graph = gpu.CUDAGraph()
     free_before = gpu.mem_get_info()[0]
     with gpu.graph(graph, pool=pool):
-        run_events(gpu, events)
+        run_events(gpu, events, kept)
     return graph, free_before - gpu.mem_get_info()[0]
 
 
@@ -106,6 +112,7 @@ class GraphPool:
     first_bytes: int             # the estimate's parts: the largest capture alone ...
     per_graph_bytes: int         # ... and the second capture's increment (at least 1 MiB)
     graphs: list = field(default_factory=list, repr=False)
+    outputs: list = field(default_factory=list, repr=False)   # kept outputs (keep_outputs=True)
 
     @property
     def error_bytes(self) -> int:
@@ -113,7 +120,7 @@ class GraphPool:
         return self.estimate_bytes - self.reserved_bytes
 
 
-def vllm_estimate(gpu, traces, sizes) -> tuple[int, int, int]:
+def vllm_estimate(gpu, traces, sizes, *, keep_outputs: bool = False) -> tuple[int, int, int]:
     """vLLM's ``profile_cudagraph_memory`` on ``gpu``: ``(estimate, first, per_graph)`` in bytes.
 
     The two largest sizes are captured into a temporary pool, then released with their graphs.
@@ -122,11 +129,13 @@ def vllm_estimate(gpu, traces, sizes) -> tuple[int, int, int]:
     if not order:
         return 0, 0, 0
     pool = gpu.graph_pool_handle()
-    samples, graphs = [], []
+    samples, graphs, kept = [], [], ([] if keep_outputs else None)
     for size in order[:2]:
-        graph, grew = _capture_one(gpu, traces(size), pool)
+        graph, grew = _capture_one(gpu, traces(size), pool, kept)
         graphs.append(graph)
         samples.append(grew)
+    for block in kept or ():
+        block.free()
     for graph in graphs:
         graph.reset()
     gpu.empty_cache()
@@ -135,28 +144,32 @@ def vllm_estimate(gpu, traces, sizes) -> tuple[int, int, int]:
     return first + per_graph * (len(order) - 1), first, per_graph
 
 
-def capture_all(gpu, traces, sizes, *, estimate: tuple | None = None) -> GraphPool:
+def capture_all(gpu, traces, sizes, *, estimate: tuple | None = None,
+                keep_outputs: bool = False) -> GraphPool:
     """Capture every size, largest first, into one shared pool on ``gpu`` (vLLM ``capture_model``).
 
     ``estimate`` is ``vllm_estimate``'s result if already taken; else it is computed first.
-    Raises the simulated GPU's ``OutOfMemoryError`` if a capture does not fit.
+    ``keep_outputs``: each graph keeps its output alive (a runner holding static output buffers)
+    instead of vLLM's weak reference. Raises the simulated GPU's ``OutOfMemoryError`` if a
+    capture does not fit.
     """
     if estimate is None:
-        estimate = vllm_estimate(gpu, traces, sizes)
+        estimate = vllm_estimate(gpu, traces, sizes, keep_outputs=keep_outputs)
     order = tuple(sorted(set(sizes), reverse=True))
     pool = gpu.graph_pool_handle()
     free_before = gpu.mem_get_info()[0]
-    graphs, increments = [], []
+    graphs, increments, kept = [], [], ([] if keep_outputs else None)
     for size in order:
-        graph, grew = _capture_one(gpu, traces(size), pool)
+        graph, grew = _capture_one(gpu, traces(size), pool, kept)
         graphs.append(graph)
         increments.append(grew)
     reserved = free_before - gpu.mem_get_info()[0]
     return GraphPool(order, reserved, tuple(increments), estimate[0], estimate[1], estimate[2],
-                     graphs)
+                     graphs, kept or [])
 
 
-def graph_pool(traces, sizes, *, total_memory="80GiB", alloc_conf: str = "") -> GraphPool:
+def graph_pool(traces, sizes, *, total_memory="80GiB", alloc_conf: str = "",
+               keep_outputs: bool = False) -> GraphPool:
     """The shared graph pool of ``sizes`` on an otherwise empty simulated GPU, beside the estimate.
 
     ``traces`` is a :class:`ForwardTraces` (or any ``size -> events`` callable).
@@ -165,7 +178,7 @@ def graph_pool(traces, sizes, *, total_memory="80GiB", alloc_conf: str = "") -> 
     sizes = check_sizes(sizes)
     gpu = SimulatedGPU(total_memory, alloc_conf=alloc_conf, record_history=False,
                        record_frames=False)
-    return capture_all(gpu, traces, sizes)
+    return capture_all(gpu, traces, sizes, keep_outputs=keep_outputs)
 
 
 def check_sizes(sizes) -> tuple:

@@ -165,7 +165,8 @@ def _check(gpu_memory_utilization, block_size):
 def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_utilization=0.9,
            activation_peak=None, non_torch_memory=0, other_memory=0, capture_sizes=(),
            graph_traces=None, block_size: int = 16, max_model_len: int | None = None,
-           estimate_cudagraphs: bool = True, kv_dtype=None, alloc_conf: str = "") -> StartupBudget:
+           estimate_cudagraphs: bool = True, keep_graph_outputs: bool = False, kv_dtype=None,
+           alloc_conf: str = "") -> StartupBudget:
     """vLLM's start-up budget for ``weights`` on a ``total_memory`` card, run on the simulator.
 
     Args:
@@ -179,6 +180,7 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
         capture_sizes: CUDA-graph batch sizes; ``graph_traces(size)`` gives each capture's events
             (a :class:`~gpumemlab.kvcache.graph_pools.ForwardTraces`).
         estimate_cudagraphs: subtract vLLM's graph estimate (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``).
+        keep_graph_outputs: every graph keeps its output alive (see ``graph_pools.capture_all``).
 
     Raises:
         BudgetError: one line, for a utilization outside (0, 1], a block size below 1, weights or
@@ -223,7 +225,8 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
         raise BudgetError(f"the profile run at the largest batch ran out of memory beside "
                           f"{f(w)} of weights{_shortfall(gpu, exc)}") from None
     gpu.empty_cache()
-    estimate = vllm_estimate(gpu, graph_traces, sizes) if sizes else (0, 0, 0)
+    estimate = (vllm_estimate(gpu, graph_traces, sizes, keep_outputs=keep_graph_outputs)
+                if sizes else (0, 0, 0))
     non_kv = w + peak_act + non_torch
     available = requested - non_kv - (estimate[0] if estimate_cudagraphs else 0)
     if available <= 0:
@@ -243,7 +246,8 @@ def budget(weights, model="llama-3-8b", *, total_memory="80GiB", gpu_memory_util
         hold.append(gpu.empty(num_blocks * page * shape.num_layers))
         if sizes:
             step = "capturing the CUDA graphs"
-            pool = capture_all(gpu, graph_traces, sizes, estimate=estimate)
+            pool = capture_all(gpu, graph_traces, sizes, estimate=estimate,
+                               keep_outputs=keep_graph_outputs)
             graph_reserved = pool.reserved_bytes
             hold.append(pool)
         step = "the first largest-batch forward"
