@@ -1,11 +1,12 @@
 """Lesson 12, serving memory beyond pages: its exercise (the largest KV cache an engine can give
-itself and still wake up beside a trainer). The judge runs the sleep/train/wake cycle of
-``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the learner's KV size and one
-GiB more (see ``lesson_exercises`` for the contract)."""
+itself and still wake up beside a trainer) and its selftest workload ``graph_pool_outputs`` (CUDA
+graphs captured largest first into one shared pool, outputs released or kept). The judge runs the
+sleep/train/wake cycle of ``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the
+learner's KV size and one GiB more (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.units import GiB
+from gpumemlab.units import GiB, MiB
 
 CARD_12 = "24GiB"
 WEIGHTS_12 = "6GiB"
@@ -51,3 +52,43 @@ def _judge_12(answer):
                        f"fits"), figures
     return True, (f"{answer} GiB wakes up; {answer + 1} GiB would not: the segment the kept tensor "
                   f"pins is what is missing"), figures
+
+
+# -- the selftest workload (run on the simulator and, with CUDA, on the real card)
+SIZES_12 = (8, 4, 2, 1)
+
+
+def graph_pool_outputs(gpu, *, sizes=SIZES_12, release: bool = True):
+    """Lesson 12's graph pool as plain allocations: one graph per batch size, largest first,
+    into one shared pool; each capture makes three 2 MiB-a-sequence activations that die and an
+    8 MiB-a-sequence output. First the output is released at once (vLLM keeps a weak reference),
+    then, in a fresh pool, every output stays alive. ``notes["pool_reserved"]``: what each pool
+    reserved (bytes), weak references first."""
+    from gpumemlab.devices.scenarios import _Run
+
+    run = _Run(gpu, "graph_pool_outputs")
+    reserved = []
+    for k, keep in enumerate((False, True)):
+        before = gpu.memory_reserved()
+        handle, graphs = gpu.graph_pool_handle(), []
+        for b in sizes:
+            g = gpu.CUDAGraph()
+            with gpu.graph(g, pool=handle):
+                for i in range(3):
+                    run.alloc((k, b, "act", i), 2 * MiB * b, f"pool {k}, batch {b}: activation {i}")
+                run.alloc((k, b, "out"), 8 * MiB * b, f"pool {k}, batch {b}: output")
+                for i in range(3):
+                    run.free((k, b, "act", i), f"pool {k}, batch {b}: activation {i} freed")
+                if not keep:
+                    run.free((k, b, "out"), f"pool {k}, batch {b}: output released (weak reference)")
+            graphs.append(g)
+        reserved.append(gpu.memory_reserved() - before)
+        if keep:
+            for b in sizes:
+                run.free((k, b, "out"), f"pool {k}, batch {b}: output freed")
+        for g in graphs:
+            g.reset()
+        del graphs
+        run.act(f"pool {k}: empty_cache()", gpu.empty_cache)
+    run.rec.notes.update(sizes=list(sizes), pool_reserved=reserved)
+    return run.finish(release)

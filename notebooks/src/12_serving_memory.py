@@ -215,6 +215,18 @@ assert cycles["empty_cache() with expandable_segments:True"].woke
 # carved from. Expandable segments return free 20 MiB pages, so that tensor keeps only its own.
 # The graph pool stays through it all: the engine's graphs are alive while it sleeps.
 #
+# ## On your GPU: a shared graph pool, outputs released or kept
+#
+# `gml.experiment` runs this lesson's graph-pool experiment as a seeded scenario on a simulated
+# card of `gpu`'s size (the model's prediction) and, when `gpu` (the first cell's `gml.device()`)
+# is a real CUDA card, captures the same graphs there too: four batch sizes, largest first, into
+# one shared pool, first releasing each graph's output at once (as vLLM does), then keeping every
+# output alive. Without CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment(["graph_pool_outputs"], gpu))
+
+# %% [markdown]
 # ## Exercise: the largest KV cache that still wakes up
 #
 # Same card, same engine weights and graphs, same trainer, `empty_cache()` before the wake-up,
