@@ -19,7 +19,7 @@ RIGHT = {
     "05.ex": "max_split_size_mb:512",
     "10.ex": "out.argmax(1).tolist()",
     "11.ex": [8, 4, 2, 1],
-    "12.ex": 14,
+    "13.ex": 14,
 }
 
 

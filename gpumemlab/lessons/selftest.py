@@ -94,7 +94,7 @@ def _grows_by_one_output(rec):
 
 
 def _kept_outputs_grow_the_pool(rec):
-    """Lesson 12: outputs kept alive make the shared graph pool reserve more than weak references."""
+    """Lesson 13: outputs kept alive make the shared graph pool reserve more than weak references."""
     weak, kept = rec.notes["pool_reserved"]
     return _want(f"the shared pool reserved {weak} bytes with outputs released and {kept} with "
                  f"outputs kept; the lesson says keeping them needs more", 0 < weak < kept)
@@ -144,7 +144,7 @@ SCENARIOS = [
              kwargs={"keep_outputs": False}, check=lambda r: _grows_by_one_output(r)),
     Scenario("graph_capture_order", "11", graph_capture_order, expect_oom=False,
              check=_largest_first_reserves_least),
-    Scenario("graph_pool_outputs", "12", graph_pool_outputs, expect_oom=False,
+    Scenario("graph_pool_outputs", "13", graph_pool_outputs, expect_oom=False,
              check=_kept_outputs_grow_the_pool),
 ]
 

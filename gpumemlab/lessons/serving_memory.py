@@ -1,4 +1,4 @@
-"""Lesson 12, serving memory beyond pages: its exercise (the largest KV cache an engine can give
+"""Lesson 13, serving memory beyond pages: its exercise (the largest KV cache an engine can give
 itself and still wake up beside a trainer) and its selftest workload ``graph_pool_outputs`` (CUDA
 graphs captured largest first into one shared pool, outputs released or kept). The judge runs the
 sleep/train/wake cycle of ``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the
@@ -8,24 +8,24 @@ from __future__ import annotations
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.units import GiB, MiB
 
-CARD_12 = "24GiB"
-WEIGHTS_12 = "6GiB"
-GRAPHS_12 = "512MiB"
+CARD_13 = "24GiB"
+WEIGHTS_13 = "6GiB"
+GRAPHS_13 = "512MiB"
 
 
-def wakes_12(kv_gib: int) -> tuple:
+def wakes_13(kv_gib: int) -> tuple:
     """(woke up, the cycle's result) for a KV cache of ``kv_gib`` GiB, with ``empty_cache()``
     before the wake-up and default allocator settings."""
     from gpumemlab.kvcache.sleep_mode import WakeUpError, sleep_wake_cycle
     try:
-        r = sleep_wake_cycle(CARD_12, weights=WEIGHTS_12, kv_cache=kv_gib * GiB, graph_pool=GRAPHS_12,
+        r = sleep_wake_cycle(CARD_13, weights=WEIGHTS_13, kv_cache=kv_gib * GiB, graph_pool=GRAPHS_13,
                              empty_cache_before_wake=True)
     except WakeUpError as exc:        # the engine does not even start
         return False, str(exc)
     return r.woke, r
 
 
-@exercise("12.ex", "the largest KV cache that still wakes up",
+@exercise("13.ex", "the largest KV cache that still wakes up",
           "A 24 GiB card is shared by a vLLM-like engine (6 GiB of weights, a 512 MiB CUDA-graph pool, "
           "a KV cache of your size) and a trainer (the lesson's TrainerStep). The engine sleeps "
           "(level 1), the trainer runs one step and offloads, empty_cache() is called, and the "
@@ -37,15 +37,15 @@ def wakes_12(kv_gib: int) -> tuple:
                  "The table of the lesson shows it.",
                  "A tensor kept after the step pins the whole segment it was carved from."),
           stub=15)
-def _judge_12(answer):
+def _judge_13(answer):
     if isinstance(answer, bool) or not isinstance(answer, int) or not 1 <= answer <= 23:
         raise AnswerShapeError("the answer is a whole number of GiB from 1 to 23")
-    woke, r = wakes_12(answer)
+    woke, r = wakes_13(answer)
     figures = {"kv_gib": answer, "woke": woke}
     if not woke:
         why = r.failure if hasattr(r, "failure") else r
         return False, f"with {answer} GiB of KV cache the engine cannot wake up: {why}", figures
-    more, _ = wakes_12(answer + 1)
+    more, _ = wakes_13(answer + 1)
     figures["one_more_woke"] = more
     if more:
         return False, (f"{answer} GiB wakes up, and so does {answer + 1} GiB: a larger KV cache "
@@ -55,11 +55,11 @@ def _judge_12(answer):
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)
-SIZES_12 = (8, 4, 2, 1)
+SIZES_13 = (8, 4, 2, 1)
 
 
-def graph_pool_outputs(gpu, *, sizes=SIZES_12, release: bool = True):
-    """Lesson 12's graph pool as plain allocations: one graph per batch size, largest first,
+def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
+    """Lesson 13's graph pool as plain allocations: one graph per batch size, largest first,
     into one shared pool; each capture makes three 2 MiB-a-sequence activations that die and an
     8 MiB-a-sequence output. First the output is released at once (vLLM keeps a weak reference),
     then, in a fresh pool, every output stays alive. ``notes["pool_reserved"]``: what each pool

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 12 · Serving memory beyond pages
+# # 13 · Serving memory beyond pages
 #
 # Notebook 08 showed how a paged KV cache stops a server from wasting memory inside its KV pool.
 # This notebook looks **around** the pages, at four questions that decide how much memory a real
@@ -54,7 +54,7 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # memory), and each capture is replayed into a graph pool of the simulated allocator.
 
 # %% tags=["predict"]
-gml.predict("12.p1", "For 51 capture sizes, will vLLM's linear estimate be larger or smaller than what the "
+gml.predict("13.p1", "For 51 capture sizes, will vLLM's linear estimate be larger or smaller than what the "
             "shared graph pool really reserves?", choices=["larger", "about the same", "smaller"])
 
 
@@ -69,7 +69,7 @@ b = kv.budget(model, "llama-3-8b", total_memory="24GiB", gpu_memory_utilization=
               activation_peak=traces(8192), capture_sizes=sizes, graph_traces=traces,
               max_model_len=8192)
 print(b.table())
-gml.reveal("12.p1", "larger" if b.graph_estimate > 1.1 * b.graph_reserved
+gml.reveal("13.p1", "larger" if b.graph_estimate > 1.1 * b.graph_reserved
            else "smaller" if b.graph_reserved > 1.1 * b.graph_estimate else "about the same")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -117,7 +117,7 @@ assert not full.fits and "short" in full.failure
 # the other with blocks of 16 tokens.
 
 # %% tags=["predict"]
-gml.predict("12.p2", "How many prompt tokens does vLLM's prefix cache reuse over the ten requests?",
+gml.predict("13.p2", "How many prompt tokens does vLLM's prefix cache reuse over the ten requests?",
             kind="number", unit="tokens")
 
 # %%
@@ -129,7 +129,7 @@ blocks16 = kv.simulate_prefix(hand, "vllm", num_blocks=100, block_size=16, max_r
 radix = kv.simulate_prefix(hand, "radix", num_blocks=100, block_size=16, max_running=1)
 print("vLLM, blocks of 16:", blocks16.hits_per_request)
 print("radix tree:        ", radix.hits_per_request)
-gml.reveal("12.p2", blocks16.hit_tokens)
+gml.reveal("13.p2", blocks16.hit_tokens)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert blocks16.hit_tokens == 9 * (70 // 16) * 16
@@ -188,7 +188,7 @@ assert host[("multi-turn", 4)] > host[("multi-turn", 1)] > 0
 # and offloads its states, then the engine wakes up.
 
 # %% tags=["predict"]
-gml.predict("12.p3", "Which setting lets the engine wake up?",
+gml.predict("13.p3", "Which setting lets the engine wake up?",
             choices=["as it is", "empty_cache() before wake_up()",
                      "empty_cache() with expandable_segments:True", "none of them"])
 
@@ -202,7 +202,7 @@ cycles = {
 for name, cycle in cycles.items():
     print(f"--- {name}\n{cycle.table()}\n")
 first = next((name for name, c in cycles.items() if c.woke), "none of them")
-gml.reveal("12.p3", first)
+gml.reveal("13.p3", first)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert not cycles["as it is"].woke and not cycles["empty_cache() before wake_up()"].woke
@@ -234,9 +234,9 @@ print(gml.experiment(["graph_pool_outputs"], gpu))
 # wakes up. The check runs the cycle with your size and one GiB more.
 
 # %% tags=["exercise"]
-gml.exercise("12.ex")
+gml.exercise("13.ex")
 my_kv_gib = 15        # change this
-gml.exercise.check("12.ex", my_kv_gib)
+gml.exercise.check("13.ex", my_kv_gib)
 
 # %%
-gml.quiz("12")
+gml.quiz("13")
