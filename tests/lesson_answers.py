@@ -112,3 +112,12 @@ def _reserved_12():
 
 
 RIGHT["12.ex"] = _reserved_12
+
+
+def _largest_kv_13():
+    # the largest whole GiB of KV cache with which the engine still wakes, found by trying each
+    from gpumemlab.lessons.serving_memory import wakes_13
+    return max(g for g in range(1, 24) if wakes_13(g)[0])
+
+
+RIGHT["13.ex"] = _largest_kv_13

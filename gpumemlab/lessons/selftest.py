@@ -33,6 +33,7 @@ from .empty_cache import empty_cache_story
 from .memory_that_grows import growing_loop
 from .paged_kv_cache import kv_contiguous, kv_paged
 from .pools_and_graphs import graph_capture_order
+from .serving_memory import graph_pool_outputs
 from .streams import record_stream_pending
 
 __all__ = ["Scenario", "SCENARIOS", "DEFAULT_BUDGET", "by_name", "run_simulated", "run_on_cuda",
@@ -93,6 +94,13 @@ def _grows_by_one_output(rec):
                  growth == [per_step] * len(growth))
 
 
+def _kept_outputs_grow_the_pool(rec):
+    """Lesson 13: outputs kept alive make the shared graph pool reserve more than weak references."""
+    weak, kept = rec.notes["pool_reserved"]
+    return _want(f"the shared pool reserved {weak} bytes with outputs released and {kept} with "
+                 f"outputs kept; the lesson says keeping them needs more", 0 < weak < kept)
+
+
 def _largest_first_reserves_least(rec):
     """Lesson 11: captured largest batch first, the shared pool reserves less than smallest first."""
     largest_first, smallest_first = rec.notes["pool_reserved"]
@@ -142,6 +150,8 @@ SCENARIOS = [
                                    "after the synchronize was not",
                                    not r.notes["reused_while_busy"]
                                    and r.notes["reused_after_sync"])),
+    Scenario("graph_pool_outputs", "13", graph_pool_outputs, expect_oom=False,
+             check=_kept_outputs_grow_the_pool),
 ]
 
 
