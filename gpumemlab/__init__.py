@@ -29,6 +29,7 @@ _LAZY = {
     "dump_snapshot": ("gpumemlab.recordings.files", "dump_snapshot"),
     "SnapshotError": ("gpumemlab.recordings.files", "SnapshotError"),
     "capture": ("gpumemlab.recordings.capture", "capture"),
+    "fake_tensors": ("gpumemlab.recordings.fake", "fake_tensors"),
     "replay": ("gpumemlab.recordings.replay", "replay"),
     "scenarios": ("gpumemlab.devices.scenarios", None),
     "experiment": ("gpumemlab.lessons.experiment", "experiment"),
