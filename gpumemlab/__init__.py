@@ -44,6 +44,8 @@ _LAZY = {
     # the OOM doctor, and why memory grows
     "doctor": ("gpumemlab.doctor", None),    # the room itself is callable (see its docstring)
     "growth": ("gpumemlab.doctor.growth", "growth"),
+    # the pre-flight planner
+    "plan": ("gpumemlab.planner.plan", "plan"),
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes

@@ -79,6 +79,7 @@ class Capture:
         self._frame_cache = {}
         self._skip_files = _skip_files()
         self._metadata = ""        # what torch.cuda.memory._set_memory_metadata would hold
+        self.flops = None          # set to 0 to count floating-point operations
 
     # --- the public record -----------------------------------------------------------
     @property
@@ -124,6 +125,12 @@ class Capture:
         if not isinstance(metadata, str):
             raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
         self._metadata = metadata
+
+    def new_step(self, metadata: str) -> None:
+        """Tag what follows as a new step (``set_memory_metadata``) whose batch, made before the
+        model's forward, counts as input again."""
+        self.set_memory_metadata(metadata)
+        self._forward_started = False
 
     def get_memory_metadata(self) -> str:
         return self._metadata
@@ -205,6 +212,8 @@ class Capture:
                 and func.__name__.split(".")[0] in _MATMULS):
             self._workspace(phase)
         out = func(*args, **kwargs)
+        if self.flops is not None:
+            self._count_flops(func, args, kwargs, out)
         for t in _tensors(out, None):
             key = _key(t)
             if dev is not None and key is not None and t.device.type != dev:
@@ -213,6 +222,14 @@ class Capture:
                 self._record_alloc(t, key, phase, None)
                 seen.add(key)
         return out
+
+    def _count_flops(self, func, args, kwargs, out):
+        """Floating-point operations by torch.utils.flop_counter's formulas (matmuls, convolutions,
+        attention); other ops count 0, as there."""
+        from torch.utils.flop_counter import flop_registry
+        fn = flop_registry.get(func._overloadpacket)
+        if fn is not None:
+            self.flops += fn(*args, **kwargs, out_val=out)
 
     def _workspace(self, phase):
         """The cuBLAS workspace of this thread (autograd's backward runs on its own), made by
