@@ -12,8 +12,8 @@ import importlib
 import os
 import sys
 
-GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.classroom",
-          "gpumemlab.cli.selftest")
+GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.plan",
+          "gpumemlab.cli.classroom", "gpumemlab.cli.selftest")
 
 
 class CLIError(Exception):
