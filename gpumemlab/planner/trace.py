@@ -188,7 +188,9 @@ def _one_step(setup, config, model, opt, micro, device, torch):
         return
     opt.zero_grad(set_to_none=True)
     for _ in range(config.accumulation):
-        loss = _forward(setup, config, model, micro, device, torch) / config.accumulation
+        loss = _forward(setup, config, model, micro, device, torch)
+        if config.accumulation > 1:
+            loss = loss / config.accumulation
         loss.backward()
         del loss
     opt.step()
