@@ -42,9 +42,12 @@ def crosscheck(*, params: int, weight_bytes: int, training: bool, optimizer: str
                                optimizer=optimizer, momentum=momentum)
     out = {"params": params, "rule": rule, "planned_model_states_bytes": planned_states,
            "planned_peak_allocated_bytes": planned_peak, "playbook": None}
+    gap = planned_states - rule["bytes"]
     notes = [f"model states: rule {rule['bytes']:,} B ({rule['per_parameter']} B/param), "
-             f"plan {planned_states:,} B (parameters + buffers + gradients + optimizer state "
-             f"as traced; Adam's step counters and buffers are the difference)",
+             f"plan {planned_states:,} B (parameters, buffers, gradients and optimizer state as "
+             f"traced): " + ("the same" if gap == 0 else
+                             f"{gap:+,} B: buffers, optimizer step counters on the device, "
+                             f"and what the optimizer keeps that the rule does not count"),
              f"peak: the rule has no activations or temporaries; the plan's peak allocated is "
              f"{planned_peak:,} B, {planned_peak / rule['bytes']:.2f}x the rule"
              if rule["bytes"] else "peak: the rule gives 0 bytes"]
@@ -56,7 +59,7 @@ def crosscheck(*, params: int, weight_bytes: int, training: bool, optimizer: str
                            "planned_activation_bytes": planned_activations}
         notes.append(f"activations: the formula gives {m:,} B for 16-bit activations"
                      f"{'' if scale == 1 else f' ({int(m * scale):,} B in fp32)'}; the plan has "
-                     f"{planned_activations:,} B saved for backward at its peak, which also holds "
+                     f"{planned_activations:,} B saved for backward at most, which also holds "
                      f"the embeddings, the logits and their softmax (b*s*vocab each), and layer norm "
                      f"statistics the formula leaves out, and autocast's casts it counts otherwise")
     notes.append("neither rule runs the caching allocator: rounding to 512 B and 2 MiB, segments, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpumemlab.recordings.capture import CATEGORIES
 
-__all__ = ["per_step", "by_category_at_peak", "parameter_bytes"]
+__all__ = ["per_step", "by_category_at_peak", "parameter_bytes", "peak_live"]
 
 
 def per_step(capture, result) -> list:
@@ -47,3 +47,18 @@ def by_category_at_peak(capture, result) -> dict:
 def parameter_bytes(capture) -> int:
     return sum(e["size"] for e in capture.trace
                if e["action"] == "alloc" and e.get("category") == "parameter")
+
+
+def peak_live(capture, category: str) -> int:
+    """The most bytes of one category alive at once over the trace (e.g. the activations held
+    when backward begins, which is not the step's overall peak when the optimizer's is higher)."""
+    live = peak = 0
+    sizes = {}
+    for e in capture.trace:
+        if e["action"] == "alloc" and e.get("category") == category:
+            sizes[e["addr"]] = e["size"]
+            live += e["size"]
+            peak = max(peak, live)
+        elif e["action"] == "free_completed" and e["addr"] in sizes:
+            live -= sizes.pop(e["addr"])
+    return peak

@@ -23,7 +23,7 @@ from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
 from gpumemlab.units import parse_size
 
 from .crosscheck import crosscheck
-from .figures import by_category_at_peak, parameter_bytes, per_step
+from .figures import by_category_at_peak, peak_live, per_step
 from .trace import Config, Setup, StepFailed, blocks_of, trace, with_
 
 __all__ = ["plan", "Plan", "Option", "CUDA_CONTEXT_BYTES", "StepFailed", "NOT_SEEN"]
@@ -163,7 +163,7 @@ def plan(model, optimizer=None, inputs=None, *, total_memory="24GiB", alloc_conf
     p.crosscheck = crosscheck(
         params=rec.param_count, weight_bytes=rec.weight_bytes, training=optimizer is not None,
         optimizer=rec.optimizer_name, momentum=rec.momentum, planned_peak=full.peak_allocated,
-        planned_states=states_full or model_states, planned_activations=cats.get("activation", 0),
+        planned_states=states_full or model_states, planned_activations=peak_live(rec, "activation"),
         dims=dims or rec.dims, batch=batch_size, precision=precision)
     return p
 
