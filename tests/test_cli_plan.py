@@ -53,6 +53,22 @@ def test_unmodified_script_window_and_fit(library, tmp_path):
     assert replayed.reproduced and replayed.peak_reserved <= r["peak_reserved_bytes"]
 
 
+def test_bf16_autocast_and_inference_run_on_fake_cuda(library):
+    base = json.loads(_plan("--json", SCRIPT, "--steps", "2").stdout)
+    run = _plan("--json", SCRIPT, "--steps", "2", "--bf16")
+    assert run.returncode == 0, run.stderr
+    assert "output dtype: torch.bfloat16" in run.stderr      # autocast did not switch itself off
+    bf16 = json.loads(run.stdout)
+    run = _plan("--json", SCRIPT, "--steps", "2", "--inference")
+    assert "output dtype: torch.float32" in run.stderr
+    infer = json.loads(run.stdout)
+    # inference: no gradients, no optimizer state; training holds at least 3x the weights
+    params = 4 * (1024 * 1024 + 1024) * 4
+    assert infer["peak_allocated_bytes"] < params + 2 * params
+    assert base["peak_allocated_bytes"] > 3 * params
+    assert bf16["peak_allocated_bytes"] != base["peak_allocated_bytes"]
+
+
 def test_does_not_fit_on_a_small_card(library):
     run = _plan("--json", "--total-memory", "600MiB", "--context", "512MiB", SCRIPT,
                 "--width", "2048", "--steps", "2")
