@@ -69,6 +69,15 @@ def test_bf16_autocast_and_inference_run_on_fake_cuda(library):
     assert bf16["peak_allocated_bytes"] != base["peak_allocated_bytes"]
 
 
+def test_attention_takes_the_flash_kernel_as_on_a_recent_card(library):
+    run = _plan("--json", os.path.join(HERE, "fixtures", "planner", "attention.py"))
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout)
+    # q, k, v, their gradients and the output: 4 MiB each in bf16 (1 x 8 x 4096 x 64 x 2 B); the
+    # math path would hold the 8 x 4096 x 4096 scores (256 MiB in bf16) and their softmax
+    assert 6 * 4 * MiB <= r["peak_allocated_bytes"] < 64 * MiB
+
+
 def test_does_not_fit_on_a_small_card(library):
     run = _plan("--json", "--total-memory", "600MiB", "--context", "512MiB", SCRIPT,
                 "--width", "2048", "--steps", "2")

@@ -6,7 +6,9 @@ engine asks for the CUDA device guard (``c10::impl::getDeviceGuardImpl``; "PyTor
 with support for cuda devices") and for the accelerator (``at::accelerator::getAccelerator``,
 which asks ``at::detail::getCUDAHooks().isBuilt()``). The library registers a device guard that
 does nothing (one device, index 0, one default stream, events always complete) and CUDA hooks that
-say "built, available, one device". It is compiled once with ``torch.utils.cpp_extension`` (about
+say "built, available, one device", and fills the CUDA slot of the attention kernel choice (which
+``scaled_dot_product_attention`` asks: flash, memory-efficient or math, as a recent card picks for
+the common cases). It is compiled once with ``torch.utils.cpp_extension`` (about
 5-40 s) into the user's cache directory, keyed by the torch version.
 
 The hooks are read once per process (``getCUDAHooks`` caches them at the first call, which
@@ -33,6 +35,8 @@ __all__ = ["SOURCE", "library_path", "build", "preload", "status", "FakeCudaUnav
 SOURCE = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/Context.h>
+#include <ATen/native/transformers/attention.h>
 
 namespace {
 using c10::Device; using c10::DeviceIndex; using c10::DeviceType; using c10::Stream;
@@ -77,6 +81,30 @@ struct GmlFakeCUDAHooks : public CUDAHooksInterface {
 };
 C10_REGISTER_CLASS(CUDAHooksRegistry, CUDAHooks, GmlFakeCUDAHooks);
 }  // namespace at
+
+// scaled_dot_product_attention picks its CUDA kernel through a dispatch stub that a CPU-only torch
+// leaves empty (it would fall back to the math path, scores materialized). This picks as a card of
+// sm80 or newer does for the common cases, honouring torch.backends.cuda's enable_*_sdp switches:
+// flash (fp16/bf16, no mask, head dim a multiple of 8 up to 256), else memory-efficient (head dim
+// a multiple of 8), else math. Values of sdp::SDPBackend: math 0, flash 1, efficient 2.
+namespace {
+int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& mask, double, bool,
+                       std::optional<double>, bool) {
+  auto& ctx = at::globalContext();
+  bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
+  int64_t d = q.dim() == 4 ? q.size(-1) : -1;
+  bool same = k.dim() == 4 && v.dim() == 4 && k.size(-1) == d && v.size(-1) == d;
+  if (ctx.userEnabledFlashSDP() && half && !mask.has_value() && same && d % 8 == 0 && d <= 256)
+    return 1;
+  if (ctx.userEnabledMemEfficientSDP() && d > 0 && d % 8 == 0 && k.dim() == 4 && v.dim() == 4)
+    return 2;
+  return 0;
+}
+struct GmlSdpChoice {
+  GmlSdpChoice() { at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&gml_sdp_choice); }
+} gml_sdp_choice_registered;
+}  // namespace
 
 extern "C" int gml_fake_cuda_built() { return at::detail::getCUDAHooks().isBuilt() ? 1 : 0; }
 """
