@@ -109,3 +109,24 @@ def test_capture_device_filter_keeps_only_that_device():
         torch.empty(100, device="meta")
         torch.empty(50)                     # a CPU tensor: not on the recorded device
     assert [e["size"] for e in rec.trace if e["action"] == "alloc"] == [400]
+
+
+def test_without_a_compiler_one_line_says_what_to_install(monkeypatch, tmp_path):
+    from gpumemlab.recordings import fake_cuda
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))          # nothing built there yet
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    with pytest.raises(fake_cuda.FakeCudaUnavailable) as info:
+        fake_cuda.build()
+    assert "install" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
+    from gpumemlab.recordings import fake_cuda
+    if torch.backends.cuda.is_built():
+        pytest.skip("a CUDA build of torch makes fake CUDA tensors itself")
+    assert fake_cuda.preload() is False
+    assert "before" in fake_cuda.status()["reason"]
+    fs = fake_tensors("auto")
+    assert fs.device == "cpu" and "counted as the GPU" in fs.label
+    with pytest.raises(fake_cuda.FakeCudaUnavailable):
+        fake_tensors("cuda")
