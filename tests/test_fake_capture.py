@@ -130,3 +130,13 @@ def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
     assert fs.device == "cpu" and "counted as the GPU" in fs.label
     with pytest.raises(fake_cuda.FakeCudaUnavailable):
         fake_tensors("cuda")
+
+
+def test_capture_fake_true_makes_the_body_fake():
+    with capture(fake=True, frames=False) as rec:
+        model = torch.nn.Linear(4096, 4096)          # 64 MiB of weights, none of it allocated
+        model(torch.randn(8, 4096)).sum().backward()
+    assert rec.fake.device in ("cpu", "cuda")
+    assert type(model.weight).__name__ == "FakeTensor"
+    sizes = [e["size"] for e in rec.trace if e["action"] == "alloc"]
+    assert 4096 * 4096 * 4 in sizes

@@ -92,4 +92,7 @@ class LiveCard:
             a, r = w["closed_peak"]
             return a, r, (f"from torch.cuda.memory._record_memory_history to the last "
                           f"_dump_snapshot ({len(w['dumps'])} dump(s)), its start state included")
+        if w is not None:
+            return (w["peak"][0], w["peak"][1], "from torch.cuda.memory._record_memory_history to "
+                    "the end of the run (no _dump_snapshot), its start state included")
         return self.peak[0], self.peak[1], "the whole run (the script records no memory history)"

@@ -171,5 +171,6 @@ def explain(exc: BaseException) -> str:
         how = ("this operator has no fake (meta) kernel in this torch: replace it in the step, or "
                "plan the rest of the step without it")
     else:
-        how = "the step cannot run on fake tensors as written"
+        how = ("an error in the step itself, or an operation fake tensors cannot run: run the "
+               "step once for real on a small size to tell which")
     return f"fake tensors could not run the step: {name}: {msg[:240]} ({how})"
