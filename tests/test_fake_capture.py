@@ -140,3 +140,13 @@ def test_capture_fake_true_makes_the_body_fake():
     assert type(model.weight).__name__ == "FakeTensor"
     sizes = [e["size"] for e in rec.trace if e["action"] == "alloc"]
     assert 4096 * 4096 * 4 in sizes
+
+
+def test_a_session_can_be_entered_again_by_a_capture_inside_it():
+    with fake_tensors("cpu") as fs:
+        model = torch.nn.Linear(64, 64)
+        with capture(model, fake=fs, frames=False) as rec:
+            model(torch.randn(2, 64)).sum().backward()
+        assert type(model.weight.grad).__name__ == "FakeTensor"
+    assert torch.nn.init.trunc_normal_.__module__ == "torch.nn.init"   # patches undone
+    assert rec.bytes_by_category()["gradient"] == 64 * 64 * 4 + 64 * 4

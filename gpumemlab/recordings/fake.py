@@ -53,7 +53,7 @@ class FakeSession:
         from torch._subclasses.fake_tensor import FakeTensorMode
         self.device = device
         self.mode = mode or FakeTensorMode(allow_non_fake_inputs=True)
-        self._stack = None
+        self._stacks = []   # one ExitStack per (possibly nested) enter
 
     @property
     def label(self) -> str:
@@ -86,12 +86,12 @@ class FakeSession:
             _ORIGINAL_APPLY.append(torch.nn.Module.__dict__["_apply"])
         stack.enter_context(_patched(torch.nn.Module, "_apply", _module_apply))
         stack.enter_context(self.mode)
-        self._stack = stack
+        self._stacks.append(stack)
         return self
 
     def __exit__(self, *exc):
-        stack, self._stack = self._stack, None
-        return stack.__exit__(*exc)
+        # nested use (a capture inside ``with session:``) unwinds its own patches only
+        return self._stacks.pop().__exit__(*exc)
 
 
 def fake_tensors(device: str = "auto", mode=None) -> FakeSession:
