@@ -100,3 +100,12 @@ def test_bad_arguments_are_one_line():
     assert run.returncode == 2 and "Traceback" not in run.stderr
     run = _plan("no_such_script.py")
     assert run.returncode == 2 and "no such script" in run.stderr
+
+
+def test_hopper_has_the_larger_cublas_workspace(library):
+    r80 = json.loads(_plan("--json", SCRIPT, "--steps", "1").stdout)
+    r90 = json.loads(_plan("--json", "--arch", "sm90", SCRIPT, "--steps", "1").stdout)
+    ws = {n["what"]: n["estimate_bytes"] for n in r90["not_seen"]}
+    assert ws["cuBLAS workspace (main thread)"] == 32 * MiB + 128 * 1024
+    # two threads, each 24 MiB more
+    assert r90["peak_allocated_bytes"] - r80["peak_allocated_bytes"] == 2 * 24 * MiB

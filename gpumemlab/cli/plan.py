@@ -1,5 +1,5 @@
-"""``gpumemlab plan [--total-memory SIZE] [--alloc-conf CONF] [--context SIZE] [--json] SCRIPT.py
-[ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
+"""``gpumemlab plan [--total-memory SIZE] [--alloc-conf CONF] [--context SIZE] [--arch sm80|sm90]
+[--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
 simulated card and say whether it fits.
 
 The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
@@ -32,6 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--context", metavar="SIZE", default=str(CUDA_CONTEXT_BYTES),
                    help=f"CUDA context estimate held outside the allocator "
                         f"(default {format_size(CUDA_CONTEXT_BYTES)})")
+    p.add_argument("--arch", choices=("sm80", "sm90"), default="sm80",
+                   help="the card's generation: its cuBLAS workspace size (8 MiB + 128 KiB before "
+                        "Hopper, 32 MiB + 128 KiB on sm90) and get_device_capability()")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs="...", help="the script's own arguments")
@@ -57,7 +60,7 @@ def cmd_plan(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpumemlab-plan-") as tmp:
         out = os.path.join(tmp, "result.json")
         config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
-                  "result": out}
+                  "arch": args.arch, "result": out}
         cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
                args.script, *args.args]
         env = dict(os.environ)

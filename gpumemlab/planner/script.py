@@ -16,12 +16,17 @@ import os
 import sys
 
 from gpumemlab.recordings import fake_cuda
+from gpumemlab.recordings.capture import CUBLAS_WORKSPACE_BYTES
 
 __all__ = ["run_script"]
 
 
+# capability, and c10's cuBLAS workspace size (getChosenWorkspaceSize): Hopper's is 4x bigger
+ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 1024 + 16 * 1024 * 8)}
+
+
 def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
-               context_bytes: int) -> dict:
+               context_bytes: int, arch: str = "sm80") -> dict:
     """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded)."""
     import runpy
 
@@ -35,14 +40,15 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .plan import NOT_SEEN
 
     fs = fake_tensors("cuda")
-    rec = capture(fake=fs, device="cuda", frames=False)
+    capability, workspace = ARCH[arch]
+    rec = capture(fake=fs, device="cuda", frames=False, workspace_bytes=workspace)
     card = LiveCard(rec, total_memory, alloc_conf, context_bytes)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [script] + list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     status, error = 0, None
     try:
-        with cuda_shim(card), rec:
+        with cuda_shim(card, capability), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -59,7 +65,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     not_seen += [{"what": w, "estimate_bytes": None, "how": "not seen"} for w in NOT_SEEN]
     return {
         "script": script, "argv": list(argv), "traced_on": fs.label, "device_name": DEVICE_NAME,
-        "torch_version": torch.__version__,
+        "torch_version": torch.__version__, "arch": arch,
         "peak_allocated_bytes": peak_a, "peak_reserved_bytes": peak_r,
         "total_memory_bytes": total_memory, "context_bytes": context_bytes,
         "alloc_conf": alloc_conf, "fits": card.oom is None, "oom": card.oom,
@@ -81,7 +87,8 @@ def main(args: list) -> int:
     else:
         result = run_script(script, argv, total_memory=config["total_memory"],
                             alloc_conf=config.get("alloc_conf", ""),
-                            context_bytes=config["context_bytes"])
+                            context_bytes=config["context_bytes"],
+                            arch=config.get("arch", "sm80"))
     with open(config["result"], "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0
