@@ -8,7 +8,8 @@ first step is not the second), bytes by category at the peak, fits or not and by
 each verified by its own trace and replay: the largest batch that fits (doubling, then a binary
 search), the smallest card (``doctor.search.smallest_card``), the levers (mixed precision,
 activation checkpointing of every block and of every other block, gradient accumulation at the same
-effective batch) and the allocator settings the doctor searches. Beside it, the rules of thumb
+effective batch, and on fake CUDA tensors the offload of saved tensors to the host with the bytes
+moved and their time over PCIe 5 x16 and NVLink-C2C) and the allocator settings the doctor searches. Beside it, the rules of thumb
 (``crosscheck.py``).
 
 What fake tensors cannot see is listed in ``Plan.not_seen``, with the estimates used.
@@ -51,6 +52,7 @@ class Option:
     peak_reserved_bytes: int | None
     fits: bool | None
     extra_compute: float = 0.0          # extra floating-point operations, a fraction of the base
+    transfer_bytes: int = 0             # bytes moved to the host and back per step (offload)
     note: str = ""
     pareto: bool = False
 
@@ -219,6 +221,8 @@ def _levers(setup, config, conf, capacity, base_ops, p, rec):
         out.append(_option("checkpoint every other block", setup,
                            with_(config, checkpointing=half), conf, capacity, base_ops,
                            f"selective: blocks {list(half)[:6]}{'...' if len(half) > 6 else ''}"))
+    if setup.optimizer is not None and rec.device == "cuda":
+        out.append(_offload_option(setup, with_(config, offload=True), conf, capacity))
     if setup.optimizer is not None:
         for k in (2, 4):
             if config.batch_size % (config.accumulation * k) == 0:
@@ -230,13 +234,34 @@ def _levers(setup, config, conf, capacity, base_ops, p, rec):
     return out
 
 
+# Nominal bandwidths, one direction: PCIe 5.0 x16 (32 GT/s x 16 lanes, 128b/130b: about 63 GB/s)
+# and NVLink-C2C (Grace Hopper: 450 GB/s each way). Real copies reach less.
+LINKS = {"PCIe 5 x16": 63e9, "NVLink-C2C": 450e9}
+
+
+def _offload_option(setup, config, conf, capacity):
+    try:
+        rec, at_cap, full = _run(setup, config, conf, capacity)
+    except StepFailed as exc:
+        return Option("offload saved tensors to CPU", None, None, None, note=str(exc))
+    moved = rec.offload_bytes_per_step
+    from gpumemlab.units import format_size
+    times = ", ".join(f"{2 * moved / bw * 1e3:.0f} ms at {name}" for name, bw in LINKS.items())
+    return Option("offload saved tensors to CPU", full.peak_allocated, full.peak_reserved,
+                  at_cap.oom is None, transfer_bytes=moved,
+                  note=f"{format_size(moved)} out and back per step: {times}")
+
+
 def _mark_pareto(options):
     ok = [o for o in options if o.peak_reserved_bytes is not None]
     for o in ok:
+        # cost: extra FLOPs and bytes moved to the host, compared separately (no exchange rate)
         o.pareto = not any((q.peak_reserved_bytes <= o.peak_reserved_bytes
-                            and q.extra_compute <= o.extra_compute)
+                            and q.extra_compute <= o.extra_compute
+                            and q.transfer_bytes <= o.transfer_bytes)
                            and (q.peak_reserved_bytes < o.peak_reserved_bytes
-                                or q.extra_compute < o.extra_compute) for q in ok)
+                                or q.extra_compute < o.extra_compute
+                                or q.transfer_bytes < o.transfer_bytes) for q in ok)
 
 
 def _settings(rec, conf, capacity):

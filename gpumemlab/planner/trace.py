@@ -18,6 +18,7 @@ activations alive longer, and changed the memory being measured.)
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass, replace
 
@@ -54,6 +55,7 @@ class Config:
     checkpointing: object = None       # None, "full", or a tuple of block indices
     accumulation: int = 1
     steps: int = 3
+    offload: bool = False              # saved activations to CPU, as autograd.graph.save_on_cpu
 
     def label(self) -> str:
         parts = [f"batch {self.batch_size}"]
@@ -63,6 +65,8 @@ class Config:
             parts.append("checkpoint every block")
         elif self.checkpointing:
             parts.append(f"checkpoint blocks {list(self.checkpointing)}")
+        if self.offload:
+            parts.append("saved tensors offloaded to CPU")
         if self.accumulation > 1:
             parts.append(f"accumulate {self.accumulation}x{self.batch_size // self.accumulation}")
         return ", ".join(parts)
@@ -156,11 +160,13 @@ def trace(setup: Setup, config: Config, *, frames: bool = False):
         micro = config.batch_size // config.accumulation
         rec = capture(model, opt, fake=fs, frames=frames, **kwargs)
         rec.flops = 0   # counted by the capture from here (torch.utils.flop_counter's formulas)
+        moved = [0]
         with rec:
             for i in range(config.steps):
                 rec.new_step(f"step {i + 1}")
-                _one_step(setup, config, model, opt, micro, fs.device, torch)
+                _one_step(setup, config, model, opt, micro, fs.device, torch, moved)
             rec.set_memory_metadata("")
+        rec.offload_bytes_per_step = moved[0] // config.steps
     except StepFailed:
         raise
     except Exception as exc:  # an op fake tensors cannot run, or the user's code failing
@@ -181,14 +187,14 @@ def _describe(rec, fs, model, opt):
     rec.blocks = len(blocks_of(model))
 
 
-def _one_step(setup, config, model, opt, micro, device, torch):
+def _one_step(setup, config, model, opt, micro, device, torch, moved):
     if opt is None:
         with torch.no_grad():
-            _forward(setup, config, model, micro, device, torch)
+            _forward(setup, config, model, micro, device, torch, moved)
         return
     opt.zero_grad(set_to_none=True)
     for _ in range(config.accumulation):
-        loss = _forward(setup, config, model, micro, device, torch)
+        loss = _forward(setup, config, model, micro, device, torch, moved)
         if config.accumulation > 1:
             loss = loss / config.accumulation
         loss.backward()
@@ -196,13 +202,32 @@ def _one_step(setup, config, model, opt, micro, device, torch):
     opt.step()
 
 
-def _forward(setup, config, model, micro, device, torch):
+def _forward(setup, config, model, micro, device, torch, moved):
     x = _make_inputs(setup, micro, device)
-    if config.precision:
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
-        with torch.autocast(device, dtype=dtype):
-            out = model(*x)
-    else:
-        out = model(*x)
-    return _loss(setup, out)
+    with contextlib.ExitStack() as stack:
+        if config.offload:
+            stack.enter_context(_offload(torch, moved))
+        if config.precision:
+            dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
+            stack.enter_context(torch.autocast(device, dtype=dtype))
+        return _loss(setup, model(*x))
+
+
+def _offload(torch, moved):
+    """``torch.autograd.graph.save_on_cpu``'s hooks, counting the bytes: every tensor saved for
+    backward that is not on the CPU is copied there in the forward and back in the backward
+    (weights included, as there). Pinned or not, the host copy holds no device memory."""
+    def pack(t):
+        if t.device.type == "cpu":
+            return t
+        host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, device="cpu")
+        host.copy_(t)
+        moved[0] += t.numel() * t.element_size()
+        return (t.device, host)
+
+    def unpack(packed):
+        if isinstance(packed, tuple):
+            return packed[1].to(packed[0], non_blocking=True)
+        return packed
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
