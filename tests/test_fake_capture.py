@@ -22,6 +22,16 @@ def _steps(model, opt, x, n=2):
         opt.zero_grad(set_to_none=True)
 
 
+def frames(rec):
+    """Each entry's frames up to ``_steps`` (the two runs call it from different lines)."""
+    out = []
+    for e in rec.trace:
+        fr = [(f["filename"], f["line"], f["name"]) for f in e["frames"]]
+        names = [f[2] for f in fr]
+        out.append(fr[:names.index("_steps") + 1] if "_steps" in names else fr)
+    return out
+
+
 def _shape(rec):
     return [(e["action"], e["size"], e.get("category")) for e in rec.trace]
 
@@ -32,7 +42,7 @@ def test_fake_capture_equals_a_real_cpu_capture_of_the_same_step():
     real = _mlp()
     opt = torch.optim.SGD(real.parameters(), lr=0.1, momentum=0.9)
     x = torch.randn(16, 100)
-    with capture(real, opt, frames=False) as rec_real:
+    with capture(real, opt) as rec_real:
         _steps(real, opt, x)
 
     fs = fake_tensors("cpu")
@@ -40,10 +50,12 @@ def test_fake_capture_equals_a_real_cpu_capture_of_the_same_step():
     with fs:
         fopt = torch.optim.SGD(fake.parameters(), lr=0.1, momentum=0.9)
         fx = torch.randn(16, 100)
-    with capture(fake, fopt, frames=False, fake=fs) as rec_fake:
+    with capture(fake, fopt, fake=fs) as rec_fake:
         _steps(fake, fopt, fx)
     assert len(rec_real.trace) > 20
     assert _shape(rec_fake) == _shape(rec_real)       # same sizes, same order, same categories
+    assert any(frames(rec_real))
+    assert frames(rec_fake) == frames(rec_real)       # and the same Python frames, up to _steps
     assert all(isinstance(p, torch.nn.Parameter) and p.device.type == "cpu"
                for p in real.parameters())             # the real model was not touched
 
