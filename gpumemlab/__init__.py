@@ -29,6 +29,7 @@ _LAZY = {
     "dump_snapshot": ("gpumemlab.recordings.files", "dump_snapshot"),
     "SnapshotError": ("gpumemlab.recordings.files", "SnapshotError"),
     "capture": ("gpumemlab.recordings.capture", "capture"),
+    "fake_tensors": ("gpumemlab.recordings.fake", "fake_tensors"),
     "replay": ("gpumemlab.recordings.replay", "replay"),
     "scenarios": ("gpumemlab.devices.scenarios", None),
     "experiment": ("gpumemlab.lessons.experiment", "experiment"),
@@ -43,6 +44,8 @@ _LAZY = {
     # the OOM doctor, and why memory grows
     "doctor": ("gpumemlab.doctor", None),    # the room itself is callable (see its docstring)
     "growth": ("gpumemlab.doctor.growth", "growth"),
+    # the pre-flight planner
+    "plan": ("gpumemlab.planner.plan", "plan"),
     # paged KV caches
     "kvcache": ("gpumemlab.kvcache", None),
     # quizzes

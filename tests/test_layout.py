@@ -4,7 +4,8 @@ import cycle between modules, and an allocator that imports nothing outside itse
 The rooms, lowest first. A module may import its own room and any room below it, never one above:
 allocator/ is the model; units.py, _lazy.py and cleantext.py serve everyone; devices/ run the model or real
 CUDA; recordings/ read, capture and replay snapshots; viz/ reads snapshots; kvcache/ may draw with
-viz/; doctor/ diagnoses recordings; certificates/ sign results and quizkit/ issues the unsigned
+viz/; doctor/ diagnoses recordings; planner/ plans a step before it runs, by fake-tensor capture
+and replay, on doctor/'s searches; certificates/ sign results and quizkit/ issues the unsigned
 self-study record through them; lessons/ holds what each lesson owns (its exercise, workload,
 models), on quizkit's machinery; classroom/ grades quiz-built notebooks; cli/ sits on top.
 """
@@ -17,10 +18,10 @@ import gpumemlab
 
 PACKAGE = pathlib.Path(gpumemlab.__file__).parent
 ROOMS = ["allocator", "units", "_lazy", "cleantext", "devices", "recordings", "viz", "kvcache", "doctor",
-         "certificates", "quizkit", "lessons", "classroom", "cli"]
+         "planner", "certificates", "quizkit", "lessons", "classroom", "cli"]
 RANK = {"allocator": 0, "units": 1, "_lazy": 1, "cleantext": 1, "devices": 2, "recordings": 3, "viz": 4,
-        "kvcache": 5, "doctor": 6, "certificates": 7, "quizkit": 8, "lessons": 9, "classroom": 10,
-        "cli": 11}
+        "kvcache": 5, "doctor": 6, "planner": 7, "certificates": 8, "quizkit": 9, "lessons": 10,
+        "classroom": 11, "cli": 12}
 
 
 def module_name(path: pathlib.Path) -> str:

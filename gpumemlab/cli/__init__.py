@@ -15,8 +15,8 @@ import sys
 
 from .output import clean_output
 
-GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.classroom",
-          "gpumemlab.cli.selftest")
+GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.plan",
+          "gpumemlab.cli.classroom", "gpumemlab.cli.selftest")
 
 
 class CLIError(Exception):

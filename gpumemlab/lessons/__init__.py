@@ -7,7 +7,8 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
   ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09, with ``training_run``, the torch loop
   that made its recording in ``data/``), ``memory_that_grows`` (10, with its
   real torch loops ``growth_cases``), ``pools_and_graphs`` (11),
-  ``streams`` (12), ``serving_memory`` (13);
+  ``streams`` (12), ``serving_memory`` (13), ``will_it_fit`` (14: its
+  questions; the planner itself is ``gpumemlab.planner``);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
@@ -26,6 +27,6 @@ from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_
 from . import (activations, allocator_settings, caching_allocator, diagnose,  # noqa: F401
                empty_cache, evidence, expandable_segments, fragmentation, memory_that_grows,
                paged_kv_cache, pools_and_graphs, serving_memory,
-               streams)
+               streams, will_it_fit)
 
 __all__ = ["exercise", "predict", "reveal", "get", "all_exercises", "judge", "judge_json"]

@@ -15,23 +15,37 @@ storage's Python object (kept 1:1 with the C++ StorageImpl by PyTorch) records i
 Storages that existed before the capture and are used inside it (parameters, inputs, optimizer
 state from an earlier step) are listed as allocations at the start of the trace.
 
+``fake=True`` runs the body on fake tensors (``fake.py``: PyTorch's ``FakeTensorMode``), at full
+size with no memory behind them, and records the same trace; ``device="cuda"`` records only
+storages of that device type (what a GPU recording holds: CPU copies are not GPU memory). On fake
+CUDA tensors, the first matrix multiply on each thread (the forward's, autograd's) also records the
+cuBLAS workspace that c10 allocates through the caching allocator there, an estimate named in the
+entry's ``estimate`` key, category ``workspace`` (``CUBLAS_WORKSPACE_BYTES``).
+
 Not seen: workspace buffers a kernel allocates internally, storages resized in place
 (``resize_``, ``set_``), and tensors made without any aten op. Addresses are synthetic
 (a bump counter, never reused), so the trace is deterministic.
 """
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 
 from gpumemlab.units import format_size
 
+from .capture_parts import _key, _settle, _skip_files, _tensors
 from .replay import replay
 
 __all__ = ["capture", "Capture", "CATEGORIES"]
 
-CATEGORIES = ("parameter", "gradient", "activation", "optimizer_state", "temporary", "input")
+CATEGORIES = ("parameter", "gradient", "activation", "optimizer_state", "temporary", "input",
+              "workspace")
+# c10's cuBLAS workspace per (thread, stream) before Hopper: 4096 KiB x 2 + 16 KiB x 8
+# (``getChosenWorkspaceSize`` in CUDABlas); sm90 uses 32 MiB + 128 KiB. Pass another figure as
+# capture(..., workspace_bytes=...).
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 2 + 16 * 1024 * 8
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "addbmm", "_addmm_activation",
+                      "_scaled_mm", "addmm_", "baddbmm_"})
 _ADDRESS_BASE = 0x100000000
 _ALIGN = 512
 _MAX_FRAMES = 8
@@ -44,8 +58,13 @@ class Capture:
     # whose addresses must be reproduced; replay.py checks the flag instead of importing us.
     is_capture = True
 
-    def __init__(self, model=None, optimizer=None, frames: bool = True):
+    def __init__(self, model=None, optimizer=None, frames: bool = True, fake=None, device=None,
+                 workspace_bytes: int = CUBLAS_WORKSPACE_BYTES):
         self.model, self.optimizer, self.want_frames = model, optimizer, frames
+        self.fake = fake           # a FakeSession entered around the body, or None
+        self.device_type = device  # record only storages of this device type (None: all)
+        self.workspace_bytes = workspace_bytes
+        self._workspaces = set()   # threads that have their cuBLAS workspace
         self.prelude = []          # allocations that existed before capture began
         self.entries = []          # trace entries in order
         self._live = {}            # storage key -> [entry, finalizer, phase, alloc_index]
@@ -60,6 +79,7 @@ class Capture:
         self._frame_cache = {}
         self._skip_files = _skip_files()
         self._metadata = ""        # what torch.cuda.memory._set_memory_metadata would hold
+        self.flops = None          # set to 0 to count floating-point operations
 
     # --- the public record -----------------------------------------------------------
     @property
@@ -106,6 +126,12 @@ class Capture:
             raise TypeError(f"metadata must be a str, not {type(metadata).__name__}")
         self._metadata = metadata
 
+    def new_step(self, metadata: str) -> None:
+        """Tag what follows as a new step (``set_memory_metadata``) whose batch, made before the
+        model's forward, counts as input again."""
+        self.set_memory_metadata(metadata)
+        self._forward_started = False
+
     def get_memory_metadata(self) -> str:
         return self._metadata
 
@@ -129,6 +155,8 @@ class Capture:
                 return rec._on_op(func, args, kwargs or {})
 
         self._torch = torch
+        if self.fake is not None:
+            self.fake.__enter__()
         self._active = True
         self._register_known()
         self._install_hooks()
@@ -138,6 +166,8 @@ class Capture:
 
     def __exit__(self, *exc):
         self._mode.__exit__(*exc)
+        if self.fake is not None:
+            self.fake.__exit__(*exc)
         self._active = False
         for hook in self._hooks:
             hook.remove()
@@ -168,22 +198,53 @@ class Capture:
         if phase != self._phase:
             self._close_phase(phase)
         seen = set()
+        dev = self.device_type
         for t in _tensors(args, kwargs):
             key = _key(t)
-            if key is None:
+            if key is None or (dev is not None and t.device.type != dev):
                 continue
             seen.add(key)
             if key not in self._live:
                 self._adopt(t, key)
             if t.is_leaf and t.requires_grad and key not in self._leaf_params:
                 self._leaf_params[key] = weakref.ref(t)
+        if (self.fake is not None and self.workspace_bytes and dev == "cuda"
+                and func.__name__.split(".")[0] in _MATMULS):
+            self._workspace(phase)
         out = func(*args, **kwargs)
+        if self.flops is not None:
+            self._count_flops(func, args, kwargs, out)
         for t in _tensors(out, None):
             key = _key(t)
+            if dev is not None and key is not None and t.device.type != dev:
+                continue
             if key is not None and key not in seen and key not in self._live:
                 self._record_alloc(t, key, phase, None)
                 seen.add(key)
         return out
+
+    def _count_flops(self, func, args, kwargs, out):
+        """Floating-point operations by torch.utils.flop_counter's formulas (matmuls, convolutions,
+        attention); other ops count 0, as there."""
+        from torch.utils.flop_counter import flop_registry
+        fn = flop_registry.get(func._overloadpacket)
+        if fn is not None:
+            self.flops += fn(*args, **kwargs, out_val=out)
+
+    def _workspace(self, phase):
+        """The cuBLAS workspace of this thread (autograd's backward runs on its own), made by
+        c10 before the thread's first matrix multiply and cached for the life of the process."""
+        thread = "backward" if phase == "backward" else "main"
+        if thread in self._workspaces:
+            return
+        self._workspaces.add(thread)
+        addr = self._next_addr
+        self._next_addr += -(-self.workspace_bytes // _ALIGN) * _ALIGN
+        self.entries.append({"action": "alloc", "addr": addr, "size": self.workspace_bytes,
+                             "stream": 0, "time_us": 0,
+                             "frames": self._frames() if self.want_frames else [],
+                             "category": "workspace", "estimate": f"cuBLAS workspace ({thread} thread)",
+                             "user_metadata": self._metadata})
 
     def _adopt(self, t, key):
         """A storage made before the capture: list it as allocated at the start."""
@@ -274,6 +335,8 @@ class Capture:
 
     def _adopt_as(self, t, category):
         key = _key(t)
+        if key is not None and self.device_type is not None and t.device.type != self.device_type:
+            return
         if key is not None and key not in self._live:
             self._record_alloc(t, key, "before", category, prelude=True)
         if key is not None and t.is_leaf and t.requires_grad:
@@ -311,55 +374,25 @@ class Capture:
         return out
 
 
-def _settle(phase, alive, outlived):
-    """The category of an allocation nobody claimed (not a gradient or optimizer state)."""
-    if phase == "forward":
-        return "activation" if (alive or outlived) else "temporary"
-    if phase in ("before", "pre"):
-        return "input"
-    return "temporary"
-
-
-def _key(t):
-    try:
-        storage = t.untyped_storage()
-    except (RuntimeError, NotImplementedError, AttributeError):
-        return None
-    if storage.nbytes() == 0:
-        return None
-    return storage._cdata
-
-
-def _tensors(obj, kwargs):
-    import torch
-    stack = [obj] if kwargs is None else [obj, kwargs]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, torch.Tensor):
-            yield x
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-        elif isinstance(x, dict):
-            stack.extend(x.values())
-
-
-def _skip_files():
-    """Files of dispatch plumbing: frames there say nothing about the learner's code."""
-    import torch
-    root = os.path.dirname(torch.__file__)
-    names = ["utils/_python_dispatch.py", "_ops.py", "nn/modules/module.py", "_tensor.py",
-             "autograd/__init__.py", "autograd/graph.py", "optim/optimizer.py",
-             "utils/_contextlib.py", "overrides.py", "_dynamo/eval_frame.py", "_compile.py"]
-    return frozenset([os.path.join(root, n) for n in names] + [os.path.abspath(__file__),
-                                                              weakref.__file__])
-
-
-def capture(model=None, optimizer=None, *, frames: bool = True) -> Capture:
+def capture(model=None, optimizer=None, *, frames: bool = True, fake=False, device=None,
+            workspace_bytes: int = CUBLAS_WORKSPACE_BYTES) -> Capture:
     """Record the tensor allocations and frees of torch code run inside ``with``.
 
     ``model`` and ``optimizer`` are optional: given, their parameters, buffers, gradients and
     optimizer state are listed up front with exact categories, and the forward pass and step are
     known exactly; without them, phases are inferred (grad mode, autograd's current node).
-    ``frames=False`` skips the Python frames (faster). Returns the ``Capture``.
+    ``frames=False`` skips the Python frames (faster). ``fake=True`` runs the body on fake tensors
+    (``device`` "cuda" where this process can, else "cpu"; or pass a ``gml.fake_tensors()``
+    session, e.g. the one the model was built in); with ``fake`` and no ``device``, only storages
+    of the session's device are recorded. Returns the ``Capture``.
     """
-    return Capture(model=model, optimizer=optimizer, frames=frames)
+    session = None
+    if fake is True:
+        from .fake import fake_tensors
+        session = fake_tensors(device or "auto")
+    elif fake:
+        session = fake
+    if session is not None and device is None:
+        device = session.device
+    return Capture(model=model, optimizer=optimizer, frames=frames, fake=session, device=device,
+                   workspace_bytes=workspace_bytes)

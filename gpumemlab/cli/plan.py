@@ -1,0 +1,99 @@
+"""``gpumemlab plan [--total-memory SIZE] [--alloc-conf CONF] [--context SIZE] [--arch sm80|sm90]
+[--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
+simulated card and say whether it fits.
+
+The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
+to be loaded before torch), in the current directory, with its own arguments. Its output is shown
+as it runs (on stderr with ``--json``, so that stdout is the JSON alone). Exit status 0 when the
+script ran (fits or not: see ``fits``), 2 for input that cannot be planned.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from gpumemlab.cli import CLIError
+from gpumemlab.planner.plan import CUDA_CONTEXT_BYTES
+from gpumemlab.units import format_size, parse_size
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan", help="will a script fit on a card? (runs it on fake CUDA tensors)",
+        description="Run an unmodified PyTorch script on fake CUDA tensors (no GPU, no memory) "
+                    "against a simulated card: peak allocated and reserved, fits or not.")
+    p.add_argument("--total-memory", metavar="SIZE", default="80GiB",
+                   help="the card's size (default 80GiB)")
+    p.add_argument("--alloc-conf", metavar="CONF", default="",
+                   help="PYTORCH_CUDA_ALLOC_CONF for the simulated allocator")
+    p.add_argument("--context", metavar="SIZE", default=str(CUDA_CONTEXT_BYTES),
+                   help=f"CUDA context estimate held outside the allocator "
+                        f"(default {format_size(CUDA_CONTEXT_BYTES)})")
+    p.add_argument("--arch", choices=("sm80", "sm90"), default="sm80",
+                   help="the card's generation: its cuBLAS workspace size (8 MiB + 128 KiB before "
+                        "Hopper, 32 MiB + 128 KiB on sm90) and get_device_capability()")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs="...", help="the script's own arguments")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args) -> int:
+    try:
+        total = parse_size(args.total_memory, name="--total-memory")
+        context = parse_size(args.context, name="--context")
+    except (TypeError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    if context >= total:
+        raise CLIError(f"--context ({format_size(context)}) leaves nothing of the card "
+                       f"({format_size(total)})")
+    if not os.path.isfile(args.script):
+        raise CLIError(f"{args.script}: no such script")
+    try:
+        from gpumemlab.allocator import AllocatorConfig
+        AllocatorConfig.parse(args.alloc_conf)
+    except ValueError as exc:
+        raise CLIError(f"--alloc-conf {args.alloc_conf!r}: {exc}") from None
+    with tempfile.TemporaryDirectory(prefix="gpumemlab-plan-") as tmp:
+        out = os.path.join(tmp, "result.json")
+        config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
+                  "arch": args.arch, "result": out}
+        cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
+               args.script, *args.args]
+        env = dict(os.environ)
+        pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
+        run = subprocess.run(cmd, env=env, stdout=sys.stderr if args.json else None)
+        if not os.path.exists(out):
+            raise CLIError(f"the planning process ended without a result (exit status "
+                           f"{run.returncode})")
+        with open(out, encoding="utf-8") as f:
+            result = json.load(f)
+    if result.get("error") and "peak_allocated_bytes" not in result:
+        raise CLIError(result["error"])
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(_text(result))
+    if result.get("error"):
+        print(f"gpumemlab plan: the script stopped early: {result['error']}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _text(r: dict) -> str:
+    verdict = "fits" if r["fits"] else (f"does NOT fit: the first allocation that ran out asked "
+                                        f"for {format_size(r['oom']['size'])}")
+    lines = [f"{r['script']} on a {format_size(r['total_memory_bytes'])} simulated card "
+             f"({r['traced_on']}, torch {r['torch_version']})",
+             f"window: {r['window']}",
+             f"peak allocated {format_size(r['peak_allocated_bytes'])}, peak reserved "
+             f"{format_size(r['peak_reserved_bytes'])}: {verdict}",
+             "not seen by fake tensors:"]
+    for n in r["not_seen"]:
+        est = "" if n["estimate_bytes"] is None else f" {format_size(n['estimate_bytes'])}"
+        lines.append(f"  {n['what']}:{est} ({n['how']})")
+    return "\n".join(lines)

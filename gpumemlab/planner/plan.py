@@ -1,0 +1,286 @@
+"""``gml.plan``: will a model's training or inference step fit on a card, and what makes it fit.
+
+The step is traced at full size on fake tensors (``trace.py``: no memory is allocated) and the trace
+replayed on the allocator model (``gml.replay``) with the card's capacity, less an estimate of the
+CUDA context (``CUDA_CONTEXT_BYTES``, memory the driver holds outside the caching allocator). From
+that one replay: peak allocated and reserved per step (the optimizer state arrives in step 2; the
+first step is not the second), bytes by category at the peak, fits or not and by how much. Then,
+each verified by its own trace and replay: the largest batch that fits (doubling, then a binary
+search), the smallest card (``doctor.search.smallest_card``), the levers (mixed precision,
+activation checkpointing of every block and of every other block, gradient accumulation at the same
+effective batch, and on fake CUDA tensors the offload of saved tensors to the host with the bytes
+moved and their time over PCIe 5 x16 and NVLink-C2C) and the allocator settings the doctor searches. Beside it, the rules of thumb
+(``crosscheck.py``).
+
+What fake tensors cannot see is listed in ``Plan.not_seen``, with the estimates used.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpumemlab.doctor.search import search_settings, smallest_card
+from gpumemlab.recordings.replay import replay
+from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
+from gpumemlab.units import parse_size
+
+from .crosscheck import crosscheck
+from .figures import by_category_at_peak, peak_live, per_step
+from .trace import Config, Setup, StepFailed, blocks_of, trace, with_
+
+__all__ = ["plan", "Plan", "Option", "CUDA_CONTEXT_BYTES", "StepFailed", "NOT_SEEN"]
+
+MiB = 1 << 20
+# What the CUDA context (driver, kernels' modules) takes on the card, outside the allocator: a few
+# hundred MiB, depending on the driver, the GPU and lazy module loading; an estimate, pass your own
+# (torch.cuda.mem_get_info() after the first kernel, minus memory_reserved(), measures it).
+CUDA_CONTEXT_BYTES = 512 * MiB
+
+NOT_SEEN = [
+    "buffers kernels allocate inside themselves (reduction staging, cuDNN/cuBLASLt scratch beyond "
+    "the cuBLAS workspace)",
+    "NCCL and other communication buffers (multi-GPU)",
+    "memory other processes hold on the card",
+]
+
+
+@dataclass
+class Option:
+    """One configuration, traced and replayed: a batch size, a lever or an allocator setting."""
+
+    name: str
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    fits: bool | None
+    extra_compute: float = 0.0          # extra floating-point operations, a fraction of the base
+    transfer_bytes: int = 0             # bytes moved to the host and back per step (offload)
+    note: str = ""
+    pareto: bool = False
+
+
+@dataclass
+class Plan:
+    """What ``plan`` found; ``report()`` prints it, ``as_dict()`` gives it as JSON-ready data."""
+
+    label: str
+    config: Config
+    total_memory_bytes: int
+    context_bytes: int
+    alloc_conf: str
+    params: int
+    steps: list
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    fits: bool
+    shortfall_bytes: int
+    by_category: dict
+    largest_batch: int | None = None
+    smallest_card_bytes: int | None = None
+    levers: list = field(default_factory=list)
+    settings: list = field(default_factory=list)
+    crosscheck: dict | None = None
+    not_seen: list = field(default_factory=list)
+    capture: object = None
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.total_memory_bytes - self.context_bytes
+
+    def as_dict(self) -> dict:
+        from .report import plan_dict
+        return plan_dict(self)
+
+    def report(self) -> str:
+        from .report import plan_text
+        return plan_text(self)
+
+    def __repr__(self):
+        from gpumemlab.units import format_size
+        return (f"<Plan {self.config.label()}: peak reserved {format_size(self.peak_reserved_bytes)}"
+                f" on {format_size(self.total_memory_bytes)}: {'fits' if self.fits else 'does not fit'}>")
+
+
+def _run(setup, config, conf, capacity):
+    """Trace and replay one configuration: (capture, result at capacity, result for the figures)."""
+    rec = trace(setup, config)
+    r = replay(rec, alloc_conf=conf, total_memory=capacity)
+    if r.oom is None:
+        return rec, r, r
+    return rec, r, replay(rec, alloc_conf=conf, total_memory=UNLIMITED_BYTES)
+
+
+def _option(name, setup, config, conf, capacity, base_ops, note=""):
+    try:
+        rec, at_cap, full = _run(setup, config, conf, capacity)
+    except StepFailed as exc:
+        return Option(name, None, None, None, note=str(exc))
+    return Option(name, full.peak_allocated, full.peak_reserved, at_cap.oom is None,
+                  extra_compute=(rec.flops - base_ops) / base_ops if base_ops else 0.0, note=note)
+
+
+def plan(model, optimizer=None, inputs=None, *, total_memory="24GiB", alloc_conf: str = "",
+         batch_size: int = 1, precision: str | None = None, checkpointing=None,
+         accumulation: int = 1, steps: int = 3, loss=None, device: str = "auto",
+         context_bytes: int = CUDA_CONTEXT_BYTES, workspace_bytes: int | None = None,
+         levers: bool = True, largest_batch: bool = True, settings: bool = True,
+         max_batch: int = 4096, dims: dict | None = None) -> Plan:
+    """Plan ``steps`` steps of a model on a card of ``total_memory``.
+
+    ``model``: an ``nn.Module`` (real or ``meta``: copied as fakes, untouched) or a function making
+    one (run on fake tensors). ``optimizer``: ``params -> Optimizer`` (e.g.
+    ``lambda p: torch.optim.AdamW(p)``), None for inference (``torch.no_grad``). ``inputs``: a
+    shape tuple, batch first, or ``batch_size -> tensor(s)``. ``dims``: a transformer's
+    ``layers/seq/hidden/heads`` for the activation formula (``gml.planner.gpt`` models carry it).
+    ``device``: "cuda" (fake CUDA tensors; needs the library loaded before torch, as ``gpumemlab
+    plan`` does), "cpu" (fake CPU tensors counted as the GPU), "auto".
+    """
+    total = parse_size(total_memory, name="total_memory")
+    context_bytes = parse_size(context_bytes, name="context_bytes")
+    if context_bytes >= total:
+        raise ValueError(f"context_bytes ({context_bytes}) leaves nothing of total_memory ({total})")
+    capacity = total - context_bytes
+    setup = Setup(model=model, optimizer=optimizer, inputs=inputs, loss=loss, device=device,
+                  workspace_bytes=workspace_bytes)
+    config = Config(batch_size=batch_size, precision=precision, checkpointing=checkpointing,
+                    accumulation=accumulation, steps=steps)
+    rec, at_cap, full = _run(setup, config, alloc_conf, capacity)
+    fits = at_cap.oom is None
+    cats = by_category_at_peak(rec, full)
+    p = Plan(label=rec.label, config=config, total_memory_bytes=total, context_bytes=context_bytes,
+             alloc_conf=alloc_conf, params=rec.param_count, steps=per_step(rec, full),
+             peak_allocated_bytes=full.peak_allocated, peak_reserved_bytes=full.peak_reserved,
+             fits=fits, shortfall_bytes=0 if fits else max(full.peak_reserved - capacity, 0),
+             by_category=cats, capture=rec)
+    p.not_seen = _not_seen(rec, context_bytes)
+    base_ops = rec.flops
+    if largest_batch:
+        p.largest_batch = _largest_batch(setup, config, alloc_conf, capacity, max_batch, fits)
+    card = smallest_card(rec, alloc_conf, 0)
+    p.smallest_card_bytes = None if card["bytes"] is None else card["bytes"] + context_bytes
+    if levers:
+        p.levers = _levers(setup, config, alloc_conf, capacity, base_ops, p, rec)
+    if settings:
+        p.settings = _settings(rec, alloc_conf, capacity)
+    model_states = sum(cats.get(c, 0) for c in ("parameter", "gradient", "optimizer_state"))
+    states_full = _states_total(rec)
+    p.crosscheck = crosscheck(
+        params=rec.param_count, weight_bytes=rec.weight_bytes, training=optimizer is not None,
+        optimizer=rec.optimizer_name, momentum=rec.momentum, planned_peak=full.peak_allocated,
+        planned_states=states_full or model_states, planned_activations=peak_live(rec, "activation"),
+        dims=dims or rec.dims, batch=batch_size, precision=precision)
+    return p
+
+
+def _states_total(rec) -> int:
+    """Parameters, gradients and optimizer state as they stand at the end of the trace."""
+    live = {}
+    for e in rec.trace:
+        if e["action"] == "alloc" and e.get("category") in ("parameter", "gradient",
+                                                            "optimizer_state"):
+            live[e["addr"]] = e["size"]
+        elif e["action"] == "free_completed":
+            live.pop(e["addr"], None)
+    return sum(live.values())
+
+
+def _largest_batch(setup, config, conf, capacity, max_batch, base_fits):
+    """The largest batch (a multiple of the accumulation) whose steps fit, each trial replayed."""
+    unit = config.accumulation
+
+    def fits(b):
+        try:
+            rec = trace(setup, with_(config, batch_size=b * unit, steps=min(config.steps, 2)))
+        except StepFailed:
+            return False
+        return replay(rec, alloc_conf=conf, total_memory=capacity).oom is None
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while hi * unit <= max_batch and fits(hi):
+        lo, hi = hi, hi * 2
+    if hi * unit > max_batch:
+        return lo * unit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo * unit
+
+
+def _levers(setup, config, conf, capacity, base_ops, p, rec):
+    base = Option(f"as given ({config.label()})", p.peak_allocated_bytes, p.peak_reserved_bytes,
+                  p.fits)
+    out = [base]
+    if config.precision is None:
+        out.append(_option("bf16 autocast", setup, with_(config, precision="bf16"), conf,
+                           capacity, base_ops, "weights stay fp32; activations bf16"))
+    n_blocks = rec.blocks
+    if n_blocks and setup.optimizer is not None and config.checkpointing is None:
+        out.append(_option("checkpoint every block", setup, with_(config, checkpointing="full"),
+                           conf, capacity, base_ops, f"{n_blocks} blocks recomputed in backward"))
+        half = tuple(range(0, n_blocks, 2))
+        out.append(_option("checkpoint every other block", setup,
+                           with_(config, checkpointing=half), conf, capacity, base_ops,
+                           f"selective: blocks {list(half)[:6]}{'...' if len(half) > 6 else ''}"))
+    if setup.optimizer is not None and rec.device == "cuda":
+        out.append(_offload_option(setup, with_(config, offload=True), conf, capacity))
+    if setup.optimizer is not None:
+        for k in (2, 4):
+            if config.batch_size % (config.accumulation * k) == 0:
+                acc = config.accumulation * k
+                out.append(_option(f"accumulate {acc} micro-batches", setup,
+                                   with_(config, accumulation=acc), conf, capacity, base_ops,
+                                   f"same batch of {config.batch_size}, {acc} backward passes"))
+    _mark_pareto(out)
+    return out
+
+
+# Nominal bandwidths, one direction: PCIe 5.0 x16 (32 GT/s x 16 lanes, 128b/130b: about 63 GB/s)
+# and NVLink-C2C (Grace Hopper: 450 GB/s each way). Real copies reach less.
+LINKS = {"PCIe 5 x16": 63e9, "NVLink-C2C": 450e9}
+
+
+def _offload_option(setup, config, conf, capacity):
+    try:
+        rec, at_cap, full = _run(setup, config, conf, capacity)
+    except StepFailed as exc:
+        return Option("offload saved tensors to CPU", None, None, None, note=str(exc))
+    moved = rec.offload_bytes_per_step
+    from gpumemlab.units import format_size
+    times = ", ".join(f"{2 * moved / bw * 1e3:.0f} ms at {name}" for name, bw in LINKS.items())
+    return Option("offload saved tensors to CPU", full.peak_allocated, full.peak_reserved,
+                  at_cap.oom is None, transfer_bytes=moved,
+                  note=f"{format_size(moved)} out and back per step: {times}")
+
+
+def _mark_pareto(options):
+    ok = [o for o in options if o.peak_reserved_bytes is not None]
+    for o in ok:
+        # cost: extra FLOPs and bytes moved to the host, compared separately (no exchange rate)
+        o.pareto = not any((q.peak_reserved_bytes <= o.peak_reserved_bytes
+                            and q.extra_compute <= o.extra_compute
+                            and q.transfer_bytes <= o.transfer_bytes)
+                           and (q.peak_reserved_bytes < o.peak_reserved_bytes
+                                or q.extra_compute < o.extra_compute
+                                or q.transfer_bytes < o.transfer_bytes) for q in ok)
+
+
+def _settings(rec, conf, capacity):
+    requests = [e["size"] for e in rec.trace if e["action"] == "alloc"]
+    expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    found = search_settings(rec, conf, capacity, 0, max(requests, default=0), expandable)
+    return [Option(c.name, None, c.peak_reserved_bytes, c.fits, note=c.error or "")
+            for c in found]
+
+
+def _not_seen(rec, context_bytes):
+    ws = [e for e in rec.trace if e.get("estimate")]
+    out = [{"what": "CUDA context", "estimate_bytes": context_bytes,
+            "how": "subtracted from the card before replay (CUDA_CONTEXT_BYTES)"}]
+    for e in ws:
+        out.append({"what": e["estimate"], "estimate_bytes": e["size"],
+                    "how": "added to the trace at the thread's first matrix multiply"})
+    if rec.device != "cuda":
+        out.append({"what": "cuBLAS workspaces", "estimate_bytes": 0,
+                    "how": "not added: traced on fake CPU tensors"})
+    out += [{"what": w, "estimate_bytes": None, "how": "not seen"} for w in NOT_SEEN]
+    return out

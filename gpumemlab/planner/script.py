@@ -1,0 +1,98 @@
+"""Run an unmodified Python script on fake CUDA tensors against a simulated card (``gpumemlab plan``).
+
+``python -m gpumemlab.planner.script CONFIG_JSON SCRIPT.py [ARGS...]`` is started by the CLI in a
+fresh process, because the fake-CUDA library must be loaded before torch (``fake_cuda.preload``).
+The script runs as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``, its directory first
+on ``sys.path``, the caller's working directory) inside ``gml.capture(fake=..., device="cuda")``,
+with ``torch.cuda`` answering from a ``LiveCard`` (``cuda_shim.py``). When it ends, the result is
+written as JSON to the path in CONFIG_JSON's ``"result"``: peak allocated and reserved over the
+window, the card, fits, the window, what fake tensors do not see, the first OOM, the script's exit
+status, or one line of error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from gpumemlab.recordings import fake_cuda
+from gpumemlab.recordings.capture import CUBLAS_WORKSPACE_BYTES
+
+__all__ = ["run_script"]
+
+
+# capability, and c10's cuBLAS workspace size (getChosenWorkspaceSize): Hopper's is 4x bigger
+ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 1024 + 16 * 1024 * 8)}
+
+
+def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
+               context_bytes: int, arch: str = "sm80") -> dict:
+    """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded)."""
+    import runpy
+
+    import torch
+
+    from gpumemlab.recordings.capture import capture
+    from gpumemlab.recordings.fake import explain, fake_tensors
+
+    from .cuda_shim import DEVICE_NAME, cuda_shim
+    from .live_card import LiveCard
+    from .plan import NOT_SEEN
+
+    fs = fake_tensors("cuda")
+    capability, workspace = ARCH[arch]
+    rec = capture(fake=fs, device="cuda", frames=False, workspace_bytes=workspace)
+    card = LiveCard(rec, total_memory, alloc_conf, context_bytes)
+    old_argv, old_path = sys.argv[:], sys.path[:]
+    sys.argv = [script] + list(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    status, error = 0, None
+    try:
+        with cuda_shim(card, capability), rec:
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception as exc:       # the script failed on fake tensors: one line, no traceback
+        status, error = 1, explain(exc)
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+    peak_a, peak_r, window = card.window_figures()
+    not_seen = [{"what": "CUDA context", "estimate_bytes": context_bytes,
+                 "how": "held outside the allocator on the simulated card (other_memory)"}]
+    not_seen += [{"what": e["estimate"], "estimate_bytes": e["size"],
+                  "how": "added at the thread's first matrix multiply"}
+                 for e in rec.trace if e.get("estimate")]
+    not_seen += [{"what": w, "estimate_bytes": None, "how": "not seen"} for w in NOT_SEEN]
+    return {
+        "script": script, "argv": list(argv), "traced_on": fs.label, "device_name": DEVICE_NAME,
+        "torch_version": torch.__version__, "arch": arch,
+        "peak_allocated_bytes": peak_a, "peak_reserved_bytes": peak_r,
+        "total_memory_bytes": total_memory, "context_bytes": context_bytes,
+        "alloc_conf": alloc_conf, "fits": card.oom is None, "oom": card.oom,
+        "whole_run_peak_allocated_bytes": card.peak[0],
+        "whole_run_peak_reserved_bytes": card.peak[1], "window": window,
+        "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
+        "error": error,
+    }
+
+
+def main(args: list) -> int:
+    config = json.loads(args[0])
+    script, argv = args[1], args[2:]
+    if not fake_cuda.preload():
+        result = {"error": f"fake CUDA tensors are not available: {fake_cuda.status()['reason']}. "
+                           f"Without them the planner can still plan a model in Python: "
+                           f"gml.plan(..., device='cpu') traces fake CPU tensors counted as the "
+                           f"GPU (labelled so)"}
+    else:
+        result = run_script(script, argv, total_memory=config["total_memory"],
+                            alloc_conf=config.get("alloc_conf", ""),
+                            context_bytes=config["context_bytes"],
+                            arch=config.get("arch", "sm80"))
+    with open(config["result"], "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

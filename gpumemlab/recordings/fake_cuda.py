@@ -1,0 +1,217 @@
+"""Fake CUDA tensors on a torch built without CUDA: a tiny C++ library that makes a CPU-only torch
+accept ``device="cuda"`` fake tensors all the way through autograd, autocast and optimizers.
+
+A CPU-only torch refuses CUDA tensors even when they hold no memory (``FakeTensorMode``): autograd's
+engine asks for the CUDA device guard (``c10::impl::getDeviceGuardImpl``; "PyTorch is not linked
+with support for cuda devices") and for the accelerator (``at::accelerator::getAccelerator``,
+which asks ``at::detail::getCUDAHooks().isBuilt()``). The library registers a device guard that
+does nothing (one device, index 0, one default stream, events always complete) and CUDA hooks that
+say "built, available, one device", and fills the CUDA slot of the attention kernel choice (which
+``scaled_dot_product_attention`` asks: flash, memory-efficient or math, as a recent card picks for
+the common cases). It is compiled once with ``torch.utils.cpp_extension`` (about
+5-40 s) into the user's cache directory, keyed by the torch version.
+
+The hooks are read once per process (``getCUDAHooks`` caches them at the first call, which
+``import torch`` makes), so the library must be loaded *before* torch is imported: ``preload()``
+does that with ``ctypes``, loading torch's own ``libc10``/``libtorch_cpu`` first. In a process that
+already imported torch, fake CUDA is out of reach: ``gpumemlab plan`` runs scripts in a fresh
+process for this reason, and ``gml.capture(fake=True)`` falls back to fake tensors of device type
+``cpu`` counted as the GPU (``status()`` says which).
+
+Where torch was built with CUDA nothing is built: its own guard and hooks serve the fakes.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+__all__ = ["SOURCE", "library_path", "build", "preload", "status", "FakeCudaUnavailable"]
+
+SOURCE = r"""
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/Context.h>
+#include <ATen/native/transformers/attention.h>
+
+namespace {
+using c10::Device; using c10::DeviceIndex; using c10::DeviceType; using c10::Stream;
+const Device kDev(DeviceType::CUDA, 0);
+// Every answer is "device 0, default stream, already done": fake tensors run no kernels.
+struct GmlFakeCudaGuard final : public c10::impl::DeviceGuardImplInterface {
+  DeviceType type() const override { return DeviceType::CUDA; }
+  Device exchangeDevice(Device) const override { return kDev; }
+  Device getDevice() const override { return kDev; }
+  void setDevice(Device) const override {}
+  void uncheckedSetDevice(Device) const noexcept override {}
+  Stream getStream(Device) const noexcept override { return Stream(Stream::DEFAULT, kDev); }
+  Stream getNewStream(Device, int) const override { return Stream(Stream::DEFAULT, kDev); }
+  Stream exchangeStream(Stream) const noexcept override { return Stream(Stream::DEFAULT, kDev); }
+  DeviceIndex deviceCount() const noexcept override { return 1; }
+  void record(void**, const Stream&, const DeviceIndex, const c10::EventFlag) const override {}
+  void block(void*, const Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  void destroyEvent(void*, const DeviceIndex) const noexcept override {}
+  bool queryStream(const Stream&) const override { return true; }
+  void synchronizeStream(const Stream&) const override {}
+};
+C10_REGISTER_GUARD_IMPL(CUDA, GmlFakeCudaGuard);
+}  // namespace
+
+namespace at {
+struct GmlFakeCUDAHooks : public CUDAHooksInterface {
+  GmlFakeCUDAHooks(CUDAHooksArgs) {}
+  void init() const override {}
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasCUDA() const override { return true; }
+  bool hasPrimaryContext(DeviceIndex) const override { return true; }
+  DeviceIndex deviceCount() const override { return 1; }
+  int getNumGPUs() const override { return 1; }
+  DeviceIndex current_device() const override { return 0; }
+  DeviceIndex getCurrentDevice() const override { return 0; }
+  void setCurrentDevice(DeviceIndex) const override {}
+  DeviceIndex exchangeDevice(DeviceIndex) const override { return 0; }
+  DeviceIndex maybeExchangeDevice(DeviceIndex) const override { return 0; }
+  void deviceSynchronize(DeviceIndex) const override {}
+};
+C10_REGISTER_CLASS(CUDAHooksRegistry, CUDAHooks, GmlFakeCUDAHooks);
+}  // namespace at
+
+// scaled_dot_product_attention picks its CUDA kernel through a dispatch stub that a CPU-only torch
+// leaves empty (it would fall back to the math path, scores materialized). This picks as a card of
+// sm80 or newer does for the common cases, honouring torch.backends.cuda's enable_*_sdp switches:
+// flash (fp16/bf16, no mask, head dim a multiple of 8 up to 256), else memory-efficient (head dim
+// a multiple of 8), else math. Values of sdp::SDPBackend: math 0, flash 1, efficient 2.
+namespace {
+int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& mask, double, bool,
+                       std::optional<double>, bool) {
+  auto& ctx = at::globalContext();
+  bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
+  int64_t d = q.dim() == 4 ? q.size(-1) : -1;
+  bool same = k.dim() == 4 && v.dim() == 4 && k.size(-1) == d && v.size(-1) == d;
+  if (ctx.userEnabledFlashSDP() && half && !mask.has_value() && same && d % 8 == 0 && d <= 256)
+    return 1;
+  if (ctx.userEnabledMemEfficientSDP() && d > 0 && d % 8 == 0 && k.dim() == 4 && v.dim() == 4)
+    return 2;
+  return 0;
+}
+struct GmlSdpChoice {
+  GmlSdpChoice() { at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&gml_sdp_choice); }
+} gml_sdp_choice_registered;
+}  // namespace
+
+extern "C" int gml_fake_cuda_built() { return at::detail::getCUDAHooks().isBuilt() ? 1 : 0; }
+"""
+
+_NAME = "gml_fake_cuda"
+_state = {"loaded": False, "reason": None}
+
+
+class FakeCudaUnavailable(RuntimeError):
+    """Fake CUDA tensors cannot be had in this process; the message says why and what to do."""
+
+
+def _torch_dir() -> str:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise FakeCudaUnavailable("torch is not installed")
+    return spec.submodule_search_locations[0]
+
+
+def _torch_version() -> str:
+    path = os.path.join(_torch_dir(), "version.py")
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("__version__"):
+                return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+def _cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256((SOURCE + _torch_version() + sys.version).encode()).hexdigest()[:12]
+    return os.path.join(base, "gpumemlab", "fake_cuda", f"torch-{_torch_version()}-{key}")
+
+
+def library_path() -> str:
+    return os.path.join(_cache_dir(), f"{_NAME}.so")
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+
+
+def build(quiet: bool = True) -> str:
+    """Compile the library if it is not in the cache; returns its path. Runs the compiler in a
+    child process (``cpp_extension`` needs torch imported, and this process may not want it)."""
+    path = library_path()
+    if os.path.exists(path):
+        return path
+    if sys.platform != "linux":
+        raise FakeCudaUnavailable(f"fake CUDA tensors are built for Linux only (this is {sys.platform})")
+    if _compiler() is None:
+        raise FakeCudaUnavailable("fake CUDA tensors need a C++ compiler: install one "
+                                  "(Debian/Ubuntu: apt install g++; Fedora: dnf install gcc-c++)")
+    os.makedirs(_cache_dir(), exist_ok=True)
+    src = os.path.join(_cache_dir(), f"{_NAME}.cpp")
+    with open(src, "w", encoding="utf-8") as f:
+        f.write(SOURCE)
+    env = dict(os.environ)
+    try:   # the ninja wheel (a dependency) puts its binary beside the package, not on PATH
+        import ninja
+        env["PATH"] = ninja.BIN_DIR + os.pathsep + env.get("PATH", "")
+    except ImportError:
+        pass
+    code = ("from torch.utils.cpp_extension import load\n"
+            f"load({_NAME!r}, [{src!r}], build_directory={_cache_dir()!r}, "
+            "is_python_module=False, extra_cflags=['-O1'], verbose=False)\n")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if run.returncode != 0 or not os.path.exists(path):
+        last = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise FakeCudaUnavailable(f"building the fake-CUDA library failed: {last[0][:300]}")
+    return path
+
+
+def preload() -> bool:
+    """Load the library before torch is imported (building it first if needed). Returns True when
+    fake CUDA tensors will work in this process; else ``status()`` says why."""
+    if _state["loaded"]:
+        return True
+    try:
+        if "torch" in sys.modules:
+            import torch
+            if torch.backends.cuda.is_built():
+                _state["loaded"] = True
+                return True
+            raise FakeCudaUnavailable("torch was imported before the fake-CUDA library could be "
+                                      "loaded (it must come first)")
+        path = build()
+        lib = os.path.join(_torch_dir(), "lib")
+        for name in ("libc10.so", "libtorch_cpu.so"):
+            ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except (FakeCudaUnavailable, OSError) as exc:
+        _state["reason"] = str(exc)
+        return False
+    _state["loaded"] = True
+    return True
+
+
+def status() -> dict:
+    """``{"cuda": bool, "reason": str|None}``: can this process make fake CUDA tensors?"""
+    if _state["loaded"]:
+        return {"cuda": True, "reason": None}
+    if "torch" in sys.modules:
+        import torch
+        if torch.backends.cuda.is_built():
+            return {"cuda": True, "reason": None}
+        return {"cuda": False, "reason": _state["reason"] or
+                "torch is CPU-only and the fake-CUDA library was not loaded before torch "
+                "(gpumemlab plan loads it in a fresh process)"}
+    return {"cuda": False, "reason": _state["reason"] or "not loaded yet (call preload())"}
