@@ -121,3 +121,14 @@ def _largest_kv_13():
 
 
 RIGHT["13.ex"] = _largest_kv_13
+
+
+def _cheapest_levers_14():
+    # the planner at each count of checkpointed blocks, fewest first (each block's forward is
+    # the extra cost; bf16 costs none), in either precision: the first combination that fits
+    from gpumemlab.lessons.will_it_fit import DIMS_14, PRECISIONS_14, plan_14
+    return next({"precision": p, "checkpoint": k} for k in range(DIMS_14["layers"] + 1)
+                for p in PRECISIONS_14 if plan_14(p, k).fits)
+
+
+RIGHT["14.ex"] = _cheapest_levers_14

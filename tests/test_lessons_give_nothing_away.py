@@ -15,7 +15,8 @@ cells revealed. Then:
 * no exercise's right answer (``lesson_answers.RIGHT``, found by the simulator) appears before
   its exercise cell, in that cell's output or in its task and hints: no size near it that the
   judge would accept, no block size or batch named apart from its neighbours, no list or
-  expression equal to it. (The quiz at the end comes after the attempt.)
+  expression equal to it (for a combination of levers, no count in it named or listed). (The
+  quiz at the end comes after the attempt.)
 """
 from __future__ import annotations
 
@@ -207,6 +208,11 @@ def _exercise_answer_shown(text, answer, ex_id=None):
     that lists every candidate names none); for a list, its items in order; else the text."""
     from gpumemlab.lessons import judge
 
+    if isinstance(answer, dict):   # a combination of levers: a count in it, named or as blocks
+        counts = [v for v in answer.values() if isinstance(v, int) and not isinstance(v, bool)]
+        return next((shown for k in counts for shown in
+                     [_exercise_answer_shown(text, list(range(k))), _count_named(text, k)]
+                     if shown), None)
     if isinstance(answer, list):
         numbers = [str(a) for a in answer]
         found = re.search(r"\[?\s*" + r"\s*,\s*".join(numbers) + r"\s*\]?(?![\d.])", text)
@@ -227,6 +233,14 @@ def _exercise_answer_shown(text, answer, ex_id=None):
         return found[0] if found else None
     neighbours = [n for n in (answer // 2, answer * 2, answer - 1, answer + 1) if n > 0]
     return named(answer) if not any(named(n) for n in neighbours) else None
+
+
+def _count_named(text, k):
+    """``k`` as a count of blocks ("2 blocks", "first 2"), where k - 1 and k + 1 are not."""
+    def named(n):
+        found = re.search(rf"(?<![\w.]){n}\s+(?:\w+\s+)?blocks?\b|first\s+{n}(?![\w.])", text)
+        return found[0] if found else None
+    return named(k) if not any(named(n) for n in (k - 1, k + 1) if n > 0) else None
 
 
 # Exercises whose answer a lesson still shows, each with what is left to do; strict: the test

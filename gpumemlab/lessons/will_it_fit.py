@@ -1,10 +1,84 @@
 """Lesson 14, will it fit: the planner (``gml.plan``) on a GPT-style model traced on fake tensors.
-The lesson has no exercise of its own yet; this module registers its predict questions, so a
-prediction typed after a kernel restart is still read in the question's unit.
+Its exercise (the cheapest combination of levers, bf16 autocast and checkpointing the first k
+blocks, that fits the lesson's model at batch 32 on a 4 GiB card) is judged by the planner itself:
+each configuration traced on fake CPU tensors and replayed on the simulated card at judge time.
+It also registers the lesson's predict questions, so a prediction typed after a kernel restart is
+still read in the question's unit.
 """
 from __future__ import annotations
 
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import question
+
+# the lesson's model (its section 1), a batch and a card the lesson does not plan
+DIMS_14 = dict(layers=6, hidden=512, heads=8, seq=512, vocab=8192)
+BATCH_14, CARD_14 = 32, "4GiB"
+PRECISIONS_14 = ("fp32", "bf16")
+
+
+def plan_14(precision: str, checkpoint: int):
+    """``gml.plan`` of two AdamW steps of the lesson's model at ``BATCH_14`` on ``CARD_14``, on fake
+    CPU tensors (as the lesson), with ``precision`` ("fp32": as built, or "bf16": autocast) and
+    the first ``checkpoint`` blocks checkpointed; only the step itself, no searches."""
+    import torch
+    from gpumemlab.planner.models import gpt
+    from gpumemlab.planner.plan import plan
+
+    return plan(lambda: gpt(**DIMS_14), lambda p: torch.optim.AdamW(p),
+                lambda b: torch.randint(0, DIMS_14["vocab"], (b, DIMS_14["seq"])),
+                total_memory=CARD_14, batch_size=BATCH_14, steps=2, device="cpu",
+                precision=None if precision == "fp32" else precision,
+                checkpointing=tuple(range(checkpoint)) or None,
+                levers=False, largest_batch=False, settings=False)
+
+
+def _levers_14(answer) -> tuple:
+    if not isinstance(answer, dict) or set(answer) != {"precision", "checkpoint"}:
+        raise AnswerShapeError('the answer has two keys, "precision" and "checkpoint"')
+    precision, k = answer["precision"], answer["checkpoint"]
+    if precision not in PRECISIONS_14:
+        raise AnswerShapeError(f'"precision" is "fp32" or "bf16", not {precision!r}')
+    layers = DIMS_14["layers"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= layers:
+        raise AnswerShapeError(f'"checkpoint" is a whole number of blocks from 0 to {layers}')
+    return precision, k
+
+
+@exercise("14.ex", "the cheapest levers that fit",
+          f"The lesson's model (6 blocks, hidden 512, 512 tokens, AdamW, fp32) must train at batch "
+          f"{BATCH_14}, in one pass (no accumulation), on a {CARD_14[:-3]} GiB card. Two levers: "
+          "bf16 autocast, and checkpointing the first k blocks (each checkpointed block runs its "
+          "forward again in backward). Give the combination that fits with the fewest extra "
+          "floating-point operations. Plan with gml.plan(..., device=\"cpu\") as the lesson does.",
+          'a dict: {"precision": "fp32" or "bf16", "checkpoint": k}',
+          hints=("Which lever costs no extra FLOPs at all? Take it first.",
+                 "Each checkpointed block saves about one block's activations and costs one "
+                 "block's forward: count how many blocks you need, not which.",
+                 "gml.plan(make_model, make_optimizer, tokens, total_memory=..., batch_size=..., "
+                 "precision=..., checkpointing=tuple(range(k)), device=\"cpu\", levers=False, "
+                 "largest_batch=False, settings=False).fits, for a few k."),
+          stub={"precision": "fp32", "checkpoint": 0})
+def _judge_14(answer):
+    from gpumemlab.units import format_size
+
+    precision, k = _levers_14(answer)
+    p = plan_14(precision, k)
+    figures = {"precision": precision, "checkpoint": k, "fits": p.fits,
+               "peak_reserved_bytes": p.peak_reserved_bytes, "capacity_bytes": p.capacity_bytes}
+    if not p.fits:
+        return False, (f"{p.config.label()} does not fit: its peak reserved "
+                       f"{format_size(p.peak_reserved_bytes)} is over the "
+                       f"{format_size(p.capacity_bytes)} the allocator gets"), figures
+    # bf16 adds no FLOPs and each checkpointed block the same forward: a cheaper combination
+    # is one with fewer blocks checkpointed, in either precision
+    for cheaper in ("bf16", "fp32") if k else ():
+        if plan_14(cheaper, k - 1).fits:
+            figures["cheaper"] = {"precision": cheaper, "checkpoint": k - 1}
+            return False, (f"it fits, but so does {cheaper} with {k - 1} blocks checkpointed: "
+                           "one block's forward less to recompute"), figures
+    return True, (f"{p.config.label()} fits ({format_size(p.peak_reserved_bytes)} reserved), "
+                  f"and nothing with fewer blocks checkpointed does"), figures
+
 
 question("14.p1", "size")
 question("14.p2", "size")

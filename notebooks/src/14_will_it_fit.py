@@ -181,5 +181,20 @@ assert levers["accumulate 4 micro-batches"].peak_reserved_bytes < small.peak_res
 # cheaper in FLOPs) flatters it. Plan your own script with `gpumemlab plan --total-memory 24GiB train.py`; the planner's
 # page (`docs/PLANNER.md`) says what fake tensors cannot see.
 
+# %% [markdown]
+# ## Exercise: the cheapest levers that fit
+#
+# The same model must now train at batch 32, in one pass (no accumulation), on a 4 GiB card.
+# You have two levers: bf16 autocast, and checkpointing the **first k** blocks
+# (`checkpointing=tuple(range(k))`). Give the combination that fits with the fewest extra
+# floating-point operations, as `{"precision": "fp32" or "bf16", "checkpoint": k}`. Plan it with
+# `gml.plan(..., device="cpu")`, as above; the check plans your combination on the simulated card,
+# and the ones with a block fewer.
+
+# %% tags=["exercise"]
+gml.exercise("14.ex")
+my_levers = {"precision": "fp32", "checkpoint": 0}        # change this
+gml.exercise.check("14.ex", my_levers)
+
 # %%
 gml.quiz("14")
