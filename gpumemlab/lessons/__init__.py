@@ -8,7 +8,8 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
   that made its recording in ``data/``), ``memory_that_grows`` (10, with its
   real torch loops ``growth_cases``), ``pools_and_graphs`` (11),
   ``streams`` (12), ``serving_memory`` (13), ``will_it_fit`` (14: its
-  questions; the planner itself is ``gpumemlab.planner``);
+  exercise, judged by the planner, and its questions; the planner itself is
+  ``gpumemlab.planner``);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
