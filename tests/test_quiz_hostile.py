@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import gpumemlab.lessons  # noqa: F401  (registers every lesson's exercise: L sees them all)
 from gpumemlab.quizkit import lesson_exercises as L
 from gpumemlab.quizkit.bank import BankError, all_banks, load_bank_file
 from gpumemlab.quizkit.checker import AnswerError, evaluate
