@@ -17,12 +17,13 @@ GRAPHS_13 = "512MiB"
 def wakes_13(kv_gib: int) -> tuple:
     """(woke up, the cycle's result) for a KV cache of ``kv_gib`` GiB, with ``empty_cache()``
     before the wake-up and default allocator settings."""
+    from gpumemlab.devices.errors import OutOfMemoryError
     from gpumemlab.kvcache.sleep_mode import WakeUpError, sleep_wake_cycle
     try:
         r = sleep_wake_cycle(CARD_13, weights=WEIGHTS_13, kv_cache=kv_gib * GiB, graph_pool=GRAPHS_13,
                              empty_cache_before_wake=True)
-    except WakeUpError as exc:        # the engine does not even start
-        return False, str(exc)
+    except (WakeUpError, OutOfMemoryError) as exc:   # the engine does not even start: its
+        return False, f"the engine cannot start: {exc}"[:300]   # mappings or its graphs' pool
     return r.woke, r
 
 
