@@ -78,7 +78,10 @@ def test_every_lesson_runs_its_experiment_on_gml_device():
     import re
     from pathlib import Path
     src = Path(__file__).resolve().parents[1] / "notebooks" / "src"
-    lessons = sorted(p for p in src.glob("[0-9][0-9]_*.py") if p.name[:2] != "00")
+    # lesson 14 plans a run before any card is used: what it would measure on a real card is the
+    # planner against real recordings of the same steps, which no selftest scenario can stand for
+    no_experiment = {"00", "14"}
+    lessons = sorted(p for p in src.glob("[0-9][0-9]_*.py") if p.name[:2] not in no_experiment)
     shown = set()
     for path in lessons:
         text = path.read_text()

@@ -94,7 +94,8 @@ for where, nbytes in by_site.most_common(6):
 # behind the player), takes the fragmentation figures there, and gives the verdict they point to. The test is the one
 # PyTorch's own OOM message suggests: if memory that is *reserved but unallocated* plus what the
 # driver still had would have held the request, but no single free block could, the cause is
-# fragmentation; otherwise the run simply needed more memory than the card has. What does the
+# fragmentation; otherwise it is exhaustion: the run simply needed more memory than the card has.
+# What does the
 # evidence say?
 
 # %% tags=["predict"]
