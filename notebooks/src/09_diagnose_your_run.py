@@ -95,8 +95,7 @@ for where, nbytes in by_site.most_common(6):
 # PyTorch's own OOM message suggests: if memory that is *reserved but unallocated* plus what the
 # driver still had would have held the request, but no single free block could, the cause is
 # fragmentation; otherwise it is exhaustion: the run simply needed more memory than the card has.
-# What does the
-# evidence say?
+# What does the evidence say?
 
 # %% tags=["predict"]
 gml.predict("09.p1", "What will the diagnosis say caused this OOM?",
