@@ -109,6 +109,36 @@ class _Run:
                                "allocated": gpu.memory_allocated(),
                                "reserved": gpu.memory_reserved()})
 
+    def capture_shared_pool(self, tag, batches, act_bytes, out_bytes, *, keep_outputs=True):
+        """Capture one CUDA graph per batch size, in order, into one shared pool
+        (``graph_pool_handle``): each capture makes three activations of ``act_bytes`` a sequence
+        that die and an output of ``out_bytes`` a sequence, kept alive or released at once (a weak
+        reference). Then the kept outputs are freed, the graphs reset and the cache emptied.
+        Returns what the pool reserved while the graphs lived (bytes)."""
+        gpu = self.gpu
+        before = gpu.memory_reserved()
+        handle, graphs = gpu.graph_pool_handle(), []
+        for b in batches:
+            g = gpu.CUDAGraph()
+            with gpu.graph(g, pool=handle):
+                for i in range(3):
+                    self.alloc((tag, b, "act", i), act_bytes * b, f"{tag}, batch {b}: activation {i}")
+                self.alloc((tag, b, "out"), out_bytes * b, f"{tag}, batch {b}: output")
+                for i in range(3):
+                    self.free((tag, b, "act", i), f"{tag}, batch {b}: activation {i} freed")
+                if not keep_outputs:
+                    self.free((tag, b, "out"), f"{tag}, batch {b}: output released (weak reference)")
+            graphs.append(g)
+        reserved = gpu.memory_reserved() - before
+        if keep_outputs:
+            for b in batches:
+                self.free((tag, b, "out"), f"{tag}, batch {b}: output freed")
+        for g in graphs:
+            g.reset()
+        del graphs
+        self.act(f"{tag}: empty_cache()", gpu.empty_cache)
+        return reserved
+
     def finish(self, release=True):
         self.rec.stats = dict(self.gpu.memory_stats())
         self.rec.snapshot = self.gpu.snapshot()

@@ -108,25 +108,7 @@ def graph_capture_order(gpu, *, orders=(LARGEST_FIRST_11, tuple(reversed(LARGEST
     from gpumemlab.devices.scenarios import _Run
 
     run = _Run(gpu, "graph_capture_order")
-    reserved = []
-    for k, order in enumerate(orders):
-        before = gpu.memory_reserved()
-        handle, graphs = gpu.graph_pool_handle(), []
-        for b in order:
-            g = gpu.CUDAGraph()
-            with gpu.graph(g, pool=handle):
-                for i in range(3):
-                    run.alloc((k, b, "act", i), 3 * MiB * b, f"order {k}, batch {b}: activation {i}")
-                run.alloc((k, b, "out"), MiB * b, f"order {k}, batch {b}: output")
-                for i in range(3):
-                    run.free((k, b, "act", i), f"order {k}, batch {b}: activation {i} freed")
-            graphs.append(g)
-        reserved.append(gpu.memory_reserved() - before)
-        for b in order:
-            run.free((k, b, "out"), f"order {k}, batch {b}: output freed")
-        for g in graphs:
-            g.reset()
-        del graphs
-        run.act(f"order {k}: empty_cache()", gpu.empty_cache)
+    reserved = [run.capture_shared_pool(f"order {k}", order, 3 * MiB, MiB)
+                for k, order in enumerate(orders)]
     run.rec.notes.update(orders=[list(o) for o in orders], pool_reserved=reserved)
     return run.finish(release)

@@ -69,29 +69,8 @@ def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
     from gpumemlab.devices.scenarios import _Run
 
     run = _Run(gpu, "graph_pool_outputs")
-    reserved = []
-    for k, keep in enumerate((False, True)):
-        before = gpu.memory_reserved()
-        handle, graphs = gpu.graph_pool_handle(), []
-        for b in sizes:
-            g = gpu.CUDAGraph()
-            with gpu.graph(g, pool=handle):
-                for i in range(3):
-                    run.alloc((k, b, "act", i), 2 * MiB * b, f"pool {k}, batch {b}: activation {i}")
-                run.alloc((k, b, "out"), 8 * MiB * b, f"pool {k}, batch {b}: output")
-                for i in range(3):
-                    run.free((k, b, "act", i), f"pool {k}, batch {b}: activation {i} freed")
-                if not keep:
-                    run.free((k, b, "out"), f"pool {k}, batch {b}: output released (weak reference)")
-            graphs.append(g)
-        reserved.append(gpu.memory_reserved() - before)
-        if keep:
-            for b in sizes:
-                run.free((k, b, "out"), f"pool {k}, batch {b}: output freed")
-        for g in graphs:
-            g.reset()
-        del graphs
-        run.act(f"pool {k}: empty_cache()", gpu.empty_cache)
+    reserved = [run.capture_shared_pool(f"pool {k}", sizes, 2 * MiB, 8 * MiB, keep_outputs=keep)
+                for k, keep in enumerate((False, True))]
     run.rec.notes.update(sizes=list(sizes), pool_reserved=reserved)
     return run.finish(release)
 
