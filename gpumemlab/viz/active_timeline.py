@@ -130,17 +130,26 @@ def bands(source, *, by: str = "frame", device=None) -> dict:
             "peak_allocated": peak}
 
 
-def _colours(data) -> tuple:
-    total = {}
-    for band in data["bands"]:
-        total[band["key"]] = total.get(band["key"], 0) + band["size"]
+OTHER_COLOUR = (0.75, 0.75, 0.75, 1.0)
+
+
+def key_colours(total: dict) -> tuple:
+    """(key -> colour, keys ranked by bytes): the MAX_COLOURS keys with the most bytes get tab20's
+    colours in that order, the rest grey ("other"). Shared by this timeline and the block map."""
     ranked = sorted(total, key=lambda k: -total[k])
     import matplotlib
     cmap = matplotlib.colormaps["tab20"]
     colours = {k: cmap(i % 20) for i, k in enumerate(ranked[:MAX_COLOURS])}
     for k in ranked[MAX_COLOURS:]:
-        colours[k] = (0.75, 0.75, 0.75, 1.0)
+        colours[k] = OTHER_COLOUR
     return colours, ranked
+
+
+def _colours(data) -> tuple:
+    total = {}
+    for band in data["bands"]:
+        total[band["key"]] = total.get(band["key"], 0) + band["size"]
+    return key_colours(total)
 
 
 def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, device=None):
@@ -197,7 +206,7 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
     ax.set_ylabel(f"live allocations ({unit_name}, as requested)")
     handles = [Patch(facecolor=colours[k], label=k) for k in ranked[:MAX_COLOURS]]
     if len(ranked) > MAX_COLOURS:
-        handles.append(Patch(facecolor=(0.75, 0.75, 0.75, 1.0),
+        handles.append(Patch(facecolor=OTHER_COLOUR,
                              label=f"other ({len(ranked) - MAX_COLOURS} more)"))
     if reserved:
         from matplotlib.lines import Line2D
@@ -217,4 +226,4 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
     return fig
 
 
-__all__ = ["bands", "draw_active_timeline", "KEYS"]
+__all__ = ["bands", "draw_active_timeline", "key_colours", "KEYS"]

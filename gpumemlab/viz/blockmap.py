@@ -18,7 +18,9 @@ from gpumemlab.units import format_size
 from gpumemlab.viz.palette import (BLOCK_STYLE, EXPANDABLE_EDGE, LARGEST_FREE_EDGE,
                                    REQUEST_COLOUR, SEGMENT_EDGE, unit_for)
 
+from .active_timeline import OTHER_COLOUR
 from .blockmap_groups import group_segments
+from .blockmap_keys import keyed_colours, keyed_rects
 from .metrics import find_fit, segment_figures
 from .request_path import driver_room, request_verdict
 from .source import device_segments, device_trace, pick_device, read_source, settings_line
@@ -32,7 +34,7 @@ MIN_WIDTH = 1 / 200  # of a panel's width: the narrowest an allocated block is d
 
 
 def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=None,
-         highlight_largest: bool = True):
+         highlight_largest: bool = True, by=None):
     """Draw the block map of a snapshot, segment list, device or replay result.
 
     Args:
@@ -43,6 +45,8 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
             driver's refusal, the cache released and OutOfMemoryError: ``request_path``).
         stream: the stream of that request.
         title: replaces the first title line (the device name).
+        by: colour allocated blocks by the code that made them ("frame") or their size class
+            ("size"), as ``gml.timeline(..., by=...)`` colours its bands (``blockmap_keys``).
 
     Returns:
         The matplotlib Figure.
@@ -64,8 +68,9 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         p["counts"] = counts
     room = None if request is None else driver_room(
         source, every, total_memory=src.total_memory, trace=device_trace(src.snapshot, device))
+    keys = None if by is None else keyed_colours(every, by)
     info = draw_blockmap(fig, axes, panels, segments, src.rules, request=request, stream=stream,
-                         highlight_largest=highlight_largest, room=room)
+                         highlight_largest=highlight_largest, room=room, keys=keys)
     name = title or src.name or f"snapshot of device {pick_device(src.snapshot, device)}"
     figs = segment_figures(every, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
@@ -81,6 +86,8 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
                  "first" + (f"; {left_out}" if left_out else ""))
     if info["request_text"]:
         foot += "\n" + info["request_text"]
+    if keys and keys["note"]:
+        foot += "\n" + keys["note"]
     foot = "\n".join(w for line in foot.split("\n") for w in textwrap.wrap(line, 110))
     if ax is None:
         fig.suptitle(head, fontsize=11)
@@ -202,10 +209,12 @@ def _polys(rows, x0, x1, unit, height=0.8, min_width=0.0):
 
 
 def draw_blockmap(fig, axes, panels, segments, rules, *, request=None, stream=0,
-                  highlight_largest=True, room=None) -> dict:
-    """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit)."""
+                  highlight_largest=True, room=None, keys=None) -> dict:
+    """Draw ``panels`` into ``axes``; return what was drawn (largest block, request fit).
+    ``keys`` (``blockmap_keys.keyed_colours``): colour allocated blocks by their key."""
     info = blockmap_info(panels, segments, rules, request=request, stream=stream,
                          highlight_largest=highlight_largest, room=room)
+    info["keys"] = keys
     drawn = set()
     for ax, panel in zip(axes, panels):
         setup_panel(ax, panel, segments)
@@ -262,9 +271,13 @@ def draw_panel_data(ax, panel, segments, info) -> list:
     rects = block_rects(segments, rows, merge_below=panel["max_bytes"] // 2000 if dense else 0)
     artists = []
     # free first, allocated last: a widened allocation must lie on top of the free block after it
+    keys = info.get("keys")
     for name in reversed(list(BLOCK_STYLE)):
         colour, label = BLOCK_STYLE[name]
         r, a, b = rects[name]
+        if name == "requested" and keys:
+            r, a, b, names = keyed_rects(segments, rows, keys["by"])
+            colour, name = [keys["colours"][k] for k in names], "keyed"
         if r:
             # a 512 B tensor in a 2 GiB band would be invisible: widen used blocks to a
             # hair (MIN_WIDTH of the axis) so that every allocation shows
@@ -347,6 +360,14 @@ def _legend_handles(info):
     drawn = info.get("drawn")
     handles = [Patch(facecolor=c, label=label) for name, (c, label) in BLOCK_STYLE.items()
                if drawn is None or f"blocks:{name}" in drawn]
+    keys = info.get("keys")
+    if keys and (drawn is None or "blocks:keyed" in drawn):
+        shown = [k for k in keys["ranked"] if keys["colours"][k] != OTHER_COLOUR]
+        handles[:0] = [Patch(facecolor=keys["colours"][k], label=f"allocated by {k}"
+                             if keys["by"] == "frame" else f"allocated, {k}") for k in shown]
+        if len(shown) < len(keys["ranked"]):
+            handles.insert(len(shown), Patch(facecolor=OTHER_COLOUR, label=f"allocated, other "
+                                             f"({len(keys['ranked']) - len(shown)} more)"))
     if info["expandable"]:
         handles.append(Patch(facecolor="none", edgecolor=EXPANDABLE_EDGE, linestyle="--",
                              label="expandable segment"))
