@@ -235,6 +235,7 @@ assert [m[1] for m in tl["marks"]] == [f"gc pass {passes.index(p) + 1}" for p in
 # %%
 import torch
 from torch.utils.viz import _cycles
+remove_watch = None
 try:
     remove_watch = _cycles.warn_tensor_cycles()
     print("warn_tensor_cycles() installed: it will log a warning and an .html file per cycle")
@@ -252,6 +253,8 @@ try:
     gc.collect()
 finally:
     remove()
+    if remove_watch is not None:       # the lesson goes on without the watcher
+        remove_watch()
 print("the collector's garbage held:", seen)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
