@@ -185,3 +185,29 @@ def test_html_report_opens_offline_in_chromium(tmp_path):
                           f"--screenshot={shot}", f"file://{page}"], capture_output=True, timeout=120)
     assert run.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert shot.stat().st_size > 20_000
+
+
+def test_html_report_draws_each_allocation_with_its_frame_on_hover():
+    import re
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+
+    def load_weights(card):
+        return [card.empty(8 * MiB) for _ in range(3)]
+
+    def forward(card):
+        keep = card.empty(16 * MiB)
+        tmp = card.empty(4 * MiB)
+        del tmp
+        return keep
+
+    _keep = (load_weights(gpu), forward(gpu))
+    page = gml.doctor(gpu.snapshot()).html()
+    assert "<script" not in page and "http" not in page
+    titles = re.findall(r"<polygon [^>]*fill='(#[0-9a-f]{6})'[^>]*><title>([^<]*)</title>", page)
+    assert len(titles) == 5                                  # one band per allocation
+    by_function = {}
+    for fill, title in titles:
+        by_function.setdefault(title.split(" (")[0], set()).add(fill)
+    assert set(by_function) == {"load_weights", "forward"}
+    assert by_function["load_weights"].isdisjoint(by_function["forward"])   # one colour each
+    assert any("4.00 MiB" in t and "to entry" in t for _f, t in titles)       # the freed temporary

@@ -94,3 +94,14 @@ def test_no_frames_falls_back_to_size_and_says_how_to_mark_steps():
 def test_bad_key():
     with pytest.raises(ValueError, match="by must be one of frame, category, size"):
         gml.timeline(gml.SimulatedGPU("1GiB"), by="colour")
+
+
+def test_a_comprehension_is_named_after_the_function_that_holds_it():
+    gpu = gml.SimulatedGPU("1GiB", alloc_conf="")
+
+    def make_state(card):
+        return [card.empty(n * MiB) for n in (1, 2)] + list(card.empty(n * MiB) for n in (3,))
+
+    _keep = make_state(gpu)
+    keys = {b["key"].split(" (")[0] for b in bands(gpu, by="frame")["bands"]}
+    assert keys == {"make_state"}

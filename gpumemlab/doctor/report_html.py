@@ -4,7 +4,8 @@ One file with inline CSS and SVG, no script, no font, no link to anything: it op
 mail attachment or an air-gapped lab. The block map draws at most ``MAP_ROWS`` segments (those
 holding the most free memory first, then the largest), grouping segments of equal size and
 layout into one row with a count, and says how many it left out; the timeline is reserved and
-allocated bytes after every entry, reduced to at most ``TIMELINE_POINTS`` maxima.
+allocated bytes after every entry, reduced to at most ``TIMELINE_POINTS`` maxima; below it every
+allocation of the recording as a band, its allocating frame on hover (``report_bands``).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from gpumemlab.viz.blockmap_groups import group_segments
 from gpumemlab.viz.palette import BLOCK_STYLE, LARGEST_FREE_EDGE, OKABE_ITO, REQUEST_COLOUR
 
 from .report import _KIND_TITLE
+from .report_bands import bands_svg
 
 __all__ = ["to_html"]
 
@@ -51,6 +53,13 @@ def to_html(d, fragment: bool = False) -> str:
     if views.get("timeline") is not None and len(views["timeline"]):
         parts.append("<h2>Timeline</h2>")
         parts.append(timeline_svg(views["timeline"], views.get("capacity"), views.get("oom_index")))
+    if views.get("recording") is not None:
+        try:
+            live = bands_svg(views["recording"], views.get("device"))
+        except (TypeError, ValueError, KeyError) as exc:   # an odd trace: the rest still shows
+            live = f"<p class='small'>live allocations not drawn: {_e(exc)}</p>"
+        if live:
+            parts.append("<h2>Live allocations, by the code that made them</h2>" + live)
     if d.evidence:
         parts.append("<h2>Evidence</h2><ul>" + "".join(f"<li>{_e(x.strip())}</li>"
                                                         for x in d.evidence) + "</ul>")

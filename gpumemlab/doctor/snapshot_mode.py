@@ -127,7 +127,8 @@ def diagnose_snapshot(source, *, total_memory=None, request=None, device=None,
                              "use (reserved + the driver's free memory at the OOM); pass "
                              "--total-memory for the real card")
     d.views = {"segments": segs, "timeline": at.timeline, "oom_index": idx,
-               "capacity": share, "shift": at.address_shift}
+               "capacity": share, "shift": at.address_shift, "recording": snap.snapshot,
+               "device": device}
     return d
 
 
@@ -203,5 +204,6 @@ def _fits(snap, name, faithful, conf, common, search, budget_s):
         d.cannot_tell.append("the headroom: a recording without an OOM does not say the card's "
                              "size; pass --total-memory")
     d.views = {"segments": faithful.snapshot["segments"], "timeline": faithful.timeline,
-               "oom_index": None, "capacity": card, "shift": faithful.address_shift}
+               "oom_index": None, "capacity": card, "shift": faithful.address_shift,
+               "recording": snap.snapshot, "device": d.device}
     return d

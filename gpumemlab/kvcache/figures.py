@@ -47,19 +47,16 @@ def draw_batch(ax, results: dict) -> None:
     width = 0.8 / max(len(workloads), 1)
     for j, w in enumerate(workloads):
         xs = [i + j * width for i in range(len(strategies))]
-        ax.bar(xs, [results[(w, s)].mean_batch_size for s in strategies], width, label=w)
+        bars = ax.bar(xs, [results[(w, s)].mean_batch_size for s in strategies], width, label=w)
+        ax.bar_label(bars, fmt="%.1f", fontsize=7, padding=2)
         for x, s in zip(xs, strategies):
             ref = paper.FIG13_BATCH.get(w, {}).get(s)
             if ref is not None:
                 ax.plot(x, ref, "kx", markersize=8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(strategies))],
                   [LABELS[s] for s in strategies], rotation=20, fontsize=8)
-    ax.set_yscale("log")
-    # Plain numbers on the log axis (3, 10, 30 rather than 3x10^0 ...): learners read batch sizes.
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
-    ax.yaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    # linear: bar lengths compare as the batch sizes do (a log axis would shrink the ratios)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
     ax.set_ylabel("mean concurrent requests")
     ax.set_title("Batch size sustained; x = paper Fig. 13")
     ax.legend(fontsize=7)

@@ -118,3 +118,4 @@ question("07.p2", "number", unit="times", tolerance=0.01,
                            "parameters and their gradients do not: the peak grows by less."),
          ))
 question("07.p3", "number", unit="samples per batch")
+question("07.p4", "choice", choices=("none of it", "under a tenth", "about half", "all of it"))

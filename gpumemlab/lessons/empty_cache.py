@@ -118,3 +118,4 @@ question("04.p2", "size", misconceptions=(
     Misconception(lambda a: 4 * GiB, "empty_cache() returns whole segments only: the four free "
                   "GiB are pieces of one 7 GiB segment that still holds live tensors."),
 ))
+question("04.p3", "choice", choices=("yes", "no: out of memory"))

@@ -134,6 +134,44 @@ def reference_cycle(steps: int = 4, batch: int = 512, fixed: bool = False):
     return rec
 
 
+def reference_cycle_gc_on(steps: int = 24, batch: int = 512):
+    """The reference cycle with automatic collection on, as Python ships it: the records pile up
+    until the collector's next pass (its generation-0 threshold, ``gc.get_threshold()[0]``, of
+    new container objects) frees them all. Returns (capture, passes): each pass of the collector
+    during the loop as {"generation", "collected" (objects), "start", "stop" (trace indices)},
+    from ``gc.callbacks``; a pass that freed tensors also marks the trace ("gc pass N")."""
+    import torch
+    model = mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    passes = []
+
+    def on_gc(phase, info):
+        if phase == "start":
+            passes.append({"generation": info["generation"], "start": len(rec.trace)})
+            rec.set_memory_metadata(f"gc pass {len(passes)}")
+        elif passes:
+            passes[-1].update(collected=info["collected"], stop=len(rec.trace))
+            rec.set_memory_metadata("")
+
+    was_enabled = gc.isenabled()
+    gc.enable()
+    gc.collect()                      # start from a clean slate: the count begins at zero
+    with capture(model, opt) as rec:
+        gc.callbacks.append(on_gc)
+        try:
+            for i in range(steps):
+                x, y = _batch(i, batch, 256, 256)
+                out, loss = _train(model, opt, x, y)
+                StepRecord(out.detach())
+        finally:
+            gc.callbacks.remove(on_gc)
+            if not was_enabled:
+                gc.disable()
+        del out, loss, x, y
+        gc.collect()                  # the records left since the last pass (not in ``passes``)
+    return rec, [p for p in passes if "stop" in p]
+
+
 def jupyter_out(steps: int = 4, batch: int = 512, fixed: bool = False):
     """Cells ending in an expression, run by a real IPython shell: the result is shown, and
     kept in ``Out[n]`` (and ``_``, ``__``, ``___``). Fixed: a trailing ``;`` shows nothing and

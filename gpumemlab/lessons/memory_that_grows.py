@@ -148,6 +148,9 @@ question("10.p1", "size")
 question("10.p2", "size")
 question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"))
 question("10.p4", "choice", choices=("steady", "leak", "new shapes", "fragmentation"))
+question("10.p5", "choice", choices=("grows every step until the loop ends",
+                                     "grows, then drops back at each collector pass",
+                                     "stays flat: each record is freed when it is dropped"))
 
 
 # -- what the lesson prints of a loop: the leak as it runs, never its fix

@@ -21,13 +21,13 @@ def captured_step(gpu, batch: int):
     return out
 
 
-def capture_graphs(batches, share: bool = True, total_memory=CARD_11):
-    """Capture one graph per batch size, in this order, on a fresh card; with ``share`` all into
-    one pool from ``graph_pool_handle()``. Returns (gpu, graphs, outputs): keep them, they hold
-    the pool."""
+def capture_graphs(batches, share: bool = True, total_memory=CARD_11, alloc_conf: str = ""):
+    """Capture one graph per batch size, in this order, on a fresh card (allocator settings
+    ``alloc_conf``); with ``share`` all into one pool from ``graph_pool_handle()``. Returns
+    (gpu, graphs, outputs): keep them, they hold the pool."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    gpu = SimulatedGPU(total_memory, alloc_conf="")
+    gpu = SimulatedGPU(total_memory, alloc_conf=alloc_conf)
     handle = gpu.graph_pool_handle() if share else None
     graphs, outs = [], []
     for b in batches:
@@ -87,6 +87,11 @@ question("11.p2", "size", misconceptions=(
                   "beside them."),
 ))
 question("11.p3", "size")
+question("11.p5", "size", misconceptions=(
+    Misconception(lambda a: 128 * MiB, "128 MiB is what the four tensors need, and what the "
+                  "eight freed blocks add up to; but each 16 MiB block is a segment of its own, "
+                  "segments never merge, so no freed block can serve 32 MiB."),
+))
 question("11.p4", "size", misconceptions=(
     Misconception(_largest_first, "That is what the largest-first order reserves: smallest "
                   "first, each larger capture finds only freed blocks too small for it and "

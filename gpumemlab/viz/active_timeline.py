@@ -42,6 +42,15 @@ def _frame_key(frames) -> str | None:
     f = culprit_frame(frames)
     if f is None:
         return None
+    # a comprehension or generator expression has a frame of its own (<listcomp>, <genexpr>
+    # before Python 3.12): name the function that holds it, the next frame out in the same file
+    frames = list(frames or ())
+    k = next((i for i, g in enumerate(frames) if g is f), None)
+    while k is not None and str(f.get("name") or "").startswith("<") and k + 1 < len(frames) \
+            and isinstance(frames[k + 1], dict) \
+            and frames[k + 1].get("filename") == f.get("filename"):
+        k += 1
+        f = frames[k]
     filename = str(f.get("filename") or "?").replace("\\", "/").rsplit("/", 1)[-1]
     return f"{f.get('name')} ({filename}:{f.get('line')})"
 

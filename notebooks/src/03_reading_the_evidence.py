@@ -67,10 +67,12 @@ def optimizer_step(card, state):
 card = gml.SimulatedGPU("8GiB", alloc_conf="")
 weights, state = load_model(card), []
 for step in range(3):
+    card.set_memory_metadata(f"step {step}")   # marks the step on the trace (torch.cuda.memory._set_memory_metadata)
     acts = forward(card)
     grads = backward(card, acts)
     optimizer_step(card, state)
     grads = None                             # zero_grad(set_to_none=True)
+card.set_memory_metadata("step 3")
 acts = forward(card)                         # the next forward is in flight: look now
 print(f"allocated {gml.format_size(card.memory_allocated())}, reserved {gml.format_size(card.memory_reserved())}")
 
@@ -184,7 +186,46 @@ assert set(by_function) == {"load_model", "forward", "optimizer_step"}
 # (`<listcomp>`, `<genexpr>`), so the code skips those to name the function. The gradients are
 # gone (set to `None` after the step), and the backward pass freed the old activations: what is
 # left is weights, optimizer state and the activations of the forward pass in flight.
+
+# %% [markdown]
+# ### The same question, over time
 #
+# The table is one moment. `gml.timeline(snap, by="frame")` draws the whole recorded history the
+# way PyTorch's viewer draws its "Active Memory Timeline": every allocation is a band as tall as
+# its request, stacked in the order they were made; when one is freed, the bands above it move
+# down. Colours name the allocating function and its line (the innermost frame of the program;
+# a comprehension's frame is named after the function that holds it). The vertical lines are the
+# `set_memory_metadata` marks, the dashed line is what the allocator reserved.
+
+# %%
+fig = gml.timeline(snap, by="frame")
+bands = fig.gml_timeline["bands"]
+n_events = fig.gml_timeline["events"]
+alive_at_end = {}
+for band in bands:
+    if band["end"] >= n_events:                      # still alive after the last event
+        name = band["key"].split(" (")[0]
+        alive_at_end[name] = alive_at_end.get(name, 0) + band["size"]
+for name, size in sorted(alive_at_end.items(), key=lambda kv: -kv[1]):
+    print(f"{name:16} {gml.format_size(size):>12} alive at the end (as requested)")
+print(f"peak of the live bands: {gml.format_size(fig.gml_timeline['peak_allocated'])}, "
+      f"reserved at the end: {gml.format_size(card.memory_reserved())}")
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert set(alive_at_end) == set(by_function)
+assert max(alive_at_end, key=alive_at_end.get) == max(by_function, key=lambda n: by_function[n][1])
+assert [m[1] for m in fig.gml_timeline["marks"]] == ["step 0", "step 1", "step 2", "step 3"]
+
+# %% [markdown]
+# Read it from the bottom: the weights of `load_model` are the first layer and never move; the
+# optimizer state appears once, in step 0, and stays under everything after it. Each step then
+# draws the same mountain: `forward`'s activations pile up (the thin bands on top are its
+# temporaries, freed at once), `backward`'s gradients grow while the activations go, and the
+# gradients vanish at `grads = None`. The gap between the top of the bands and the dashed line is
+# the cache plus rounding: memory that is reserved but belongs to no tensor.
+
+# %% [markdown]
 # ## 4. The views
 #
 # The block map draws every segment and its blocks; the text version prints the same map in

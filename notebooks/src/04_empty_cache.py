@@ -240,6 +240,73 @@ print(f"other process, after empty_cache:  {'got 5 GiB' if other else 'cudaMallo
 assert other is not None
 
 # %% [markdown]
+# ## Recovering from an OOM: leave the `except` block first
+#
+# A common pattern catches the OOM exception and retries with a smaller batch. Where the retry
+# runs matters. While Python is inside `except ... as err:`, `err.__traceback__` holds the frames
+# the error passed through, and every frame holds its local variables: the activations the failed
+# step had already made are still alive, and neither the allocator nor `empty_cache()` can touch
+# live tensors. Only when the `except` block ends does Python drop `err`, and with it the frames.
+#
+# The step below makes three activations of 256 MiB per sample and then an output of 512 MiB per
+# sample. Batch 8 needs 10 GiB on an 8 GiB card and fails at the output, with its 6 GiB of
+# activations made. Batch 4 alone needs 5 GiB.
+
+# %% tags=["predict"]
+gml.predict("04.p3", "Batch 8 failed; the retry with batch 4 runs INSIDE the except block. Does it fit?",
+            choices=["yes", "no: out of memory"])
+
+
+# %%
+def train_step(card, batch):
+    acts = [card.empty(batch * 256 * MiB) for _ in range(3)]
+    out = card.empty(batch * 512 * MiB)          # batch 8: OOM here, with `acts` alive
+    return out
+
+def retry_inside(card):
+    try:
+        return train_step(card, 8), "batch 8"
+    except gml.OutOfMemoryError:
+        held = card.memory_allocated()           # what the traceback's frames keep alive
+        try:
+            return train_step(card, 4), f"batch 4 inside except (held {gml.format_size(held)})"
+        except gml.OutOfMemoryError:
+            return None, f"batch 4 inside except: OOM again (held {gml.format_size(held)})"
+
+def retry_after(card):
+    try:
+        return train_step(card, 8), "batch 8"
+    except gml.OutOfMemoryError:
+        pass                                     # leave the block: Python drops the error here
+    held = card.memory_allocated()               # the frames are gone with `err`
+    return train_step(card, 4), f"batch 4 after the except block (held {gml.format_size(held)})"
+
+recovery = {}
+for name, attempt in (("inside", retry_inside), ("after", retry_after)):
+    card_r = gml.SimulatedGPU("8GiB", alloc_conf="")
+    out, story = attempt(card_r)
+    st = card_r.memory_stats()
+    recovery[name] = (out is not None, card_r)
+    print(f"retry {name:6}: {story}: {'fits' if out is not None else 'fails'}; "
+          f"allocated {gml.format_size(card_r.memory_allocated())}, "
+          f"reserved {gml.format_size(card_r.memory_reserved())}, OOMs {st['num_ooms']}")
+    del out
+gml.reveal("04.p3", "yes" if recovery["inside"][0] else "no: out of memory")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert not recovery["inside"][0] and recovery["after"][0]
+assert recovery["inside"][1].memory_stats()["num_ooms"] == 2
+assert recovery["after"][1].memory_stats()["num_ooms"] == 1
+
+# %% [markdown]
+# Inside the block, batch 4's 5 GiB had to fit beside the 6 GiB the failed step still held, and
+# the allocator's own flush (the retry path above) could not free live tensors. After the block
+# the same request fits, served partly from the segments the dead activations left in the cache.
+# The recipe: in the `except`, only record that it failed (and perhaps dump a snapshot); leave
+# the block; then retry smaller. In a notebook an uncaught OOM keeps its frames too, in
+# `sys.last_traceback`, until the next error replaces it.
+
+# %% [markdown]
 # ## Summary
 #
 # | `empty_cache()` ... | |

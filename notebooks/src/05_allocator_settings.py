@@ -292,10 +292,44 @@ controls
 # | many `num_alloc_retries` under a memory fraction | `garbage_collection_threshold` |
 # | many segments of almost equal sizes (dynamic shapes) | `roundup_power2_divisions` |
 # | fragmentation of any kind, recent PyTorch | `expandable_segments:True` (notebook 06) |
+# | the native allocator's caching itself is in question; another CUDA library manages memory in the same process | `backend:cudaMallocAsync` |
+# | a memory error to find with `compute-sanitizer`, or a test that must see every `cudaMalloc` | `PYTORCH_NO_CUDA_MEMORY_CACHING=1` (debugging only) |
 #
 # Settings interact; always measure on your own workload. Notebook 09 shows how to replay a
 # recorded run under each setting instead of re-running the training.
 #
+# ### Two switches that replace the caching allocator
+#
+# The last two rows do not tune the allocator of this course: they take it out.
+#
+# * **`backend:cudaMallocAsync`** hands every allocation to CUDA's own stream-ordered pool
+#   allocator (`cudaMallocAsync` / `cudaFreeAsync`, CUDA 11.4 or newer). The driver keeps the
+#   pool and decides how to reuse and release it; the native settings of this lesson
+#   (`max_split_size_mb`, `garbage_collection_threshold`, `roundup_power2_divisions`,
+#   `expandable_segments`) have no meaning there, and the snapshots and statistics report less
+#   (no blocks inside the driver's pool). Try it when fragmentation survives every native
+#   setting, or when another library in the process uses CUDA's pools too, and measure.
+# * **`PYTORCH_NO_CUDA_MEMORY_CACHING=1`** (an environment variable, not an alloc-conf key) turns
+#   the cache off: every tensor is a `cudaMalloc`, every free a `cudaFree`, with the device-wide
+#   synchronisation of lesson 01 each time. Much slower; it exists for debugging, so that a
+#   memory checker sees each tensor's own allocation instead of a block inside a cached segment.
+#
+# The simulated GPU models the native caching allocator only. It refuses the other backend with
+# one line, rather than pretending to model it:
+
+# %%
+try:
+    gml.SimulatedGPU("8GiB", alloc_conf="backend:cudaMallocAsync")
+except ValueError as exc:
+    refusal = exc
+    print(f"{type(exc).__name__}: {exc}")
+native = gml.SimulatedGPU("8GiB", alloc_conf="backend:native")
+print(f"backend:native is accepted: {native.describe()}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert "native caching allocator only" in str(refusal)
+
+# %% [markdown]
 # ## Exercise: the largest `max_split_size_mb` that makes it fit
 #
 # On an 8 GiB card a 6 GiB tensor dies, four 200 MiB tensors arrive, then 6 GiB is needed again.

@@ -84,6 +84,66 @@ assert result.oom is None
 assert result.peak_allocated >= rec.peak_live_bytes() and result.peak_reserved >= result.peak_allocated
 
 # %% [markdown]
+# ### Forward piles them up, backward takes them down
+#
+# `gml.timeline(rec, by="category")` draws every storage of the step as a band as tall as its
+# size, stacked in the order they were made and coloured by category; when one is freed, the
+# bands above it move down. The vertical lines are the phase marks `record_step` sets with
+# `set_memory_metadata`. Before looking: when the backward pass ends (at the "optimizer step"
+# mark), how much of the activation memory is still alive?
+
+# %% tags=["predict"]
+gml.predict("07.p4", "When backward ends, what share of the activations' peak is still alive?",
+            choices=["none of it", "under a tenth", "about half", "all of it"])
+
+# %%
+fig = gml.timeline(rec, by="category")
+timeline = fig.gml_timeline
+marks = dict((name, i) for i, name in timeline["marks"])
+
+def live_by_category(event):
+    """bytes of each category alive at ``event`` (a band lives from its start to its end)"""
+    out = {}
+    for band in timeline["bands"]:
+        if band["start"] <= event < band["end"]:
+            out[band["key"]] = out.get(band["key"], 0) + band["size"]
+    return out
+
+activation = [live_by_category(i).get("activation", 0) for i in range(timeline["events"])]
+act_peak = max(activation)
+for name in ("forward", "backward", "optimizer step"):
+    live = live_by_category(marks[name] - 1)
+    print(f"just before the {name!r} mark: " + ", ".join(
+        f"{k} {gml.format_size(v)}" for k, v in sorted(live.items(), key=lambda kv: -kv[1])))
+print(f"activations: peak {gml.format_size(act_peak)} at event {activation.index(act_peak)} "
+      f"(the backward mark is event {marks['backward']})")
+left = live_by_category(marks["optimizer step"] - 1).get("activation", 0)
+survivors = [b["size"] for b in timeline["bands"]
+             if b["key"] == "activation" and b["start"] < marks["optimizer step"] <= b["end"]]
+print(f"still alive when backward ends: {gml.format_size(left)} = {left / act_peak:.1%} of the peak, "
+      f"{len(survivors)} storages: {', '.join(gml.format_size(n) for n in survivors)}")
+share = left / act_peak
+gml.reveal("07.p4", "none of it" if share == 0 else "under a tenth" if share < 0.1
+           else "about half" if share < 0.75 else "all of it")
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert list(marks) == ["forward", "backward", "optimizer step"]
+# activations rise through forward to their peak where backward starts, and fall through backward
+assert marks["backward"] - 2 <= activation.index(act_peak) <= marks["backward"]
+assert activation[marks["forward"] - 1] == 0 and 0 < left < act_peak / 10
+assert max(survivors) == 8 * 64 * tiny_lm.VOCAB * 4           # the logits, float32
+
+# %% [markdown]
+# The green floor is the parameters, there from the start. Forward stacks up the activations
+# (light blue) with short-lived temporaries on top; backward frees each layer's activations once
+# its gradient is computed, so the light blue shrinks while the gradients (light orange) grow.
+# What is left of the activations when backward ends is the logits: the variable `logits` still
+# names them until `del logits` after the step; autograd freed everything it alone held. Adam's
+# two moments (dark orange) appear in the optimizer step, on the first step only, and
+# `zero_grad(set_to_none=True)` frees the gradients at the end.
+
+# %% [markdown]
 # ## Batch size and checkpointing
 #
 # Now the same step for batches of 8, 16 and 32, with and without checkpointing.

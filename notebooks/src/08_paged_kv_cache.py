@@ -222,6 +222,73 @@ assert len({cache.block_table(f"sample-{i}")[1] for i in range(3)}) == 3        
 print(comparison.sharing_table())
 
 # %% [markdown]
+# ### Where our figures and the paper's differ, and why
+#
+# The figure above puts the paper's values as black crosses beside ours. Three disagreements are
+# left besides the external fragmentation explained earlier; the cell below measures each cause.
+#
+# 1. **Batch sizes (Fig. 13)** are larger than the paper's for Orca (Pow2), Orca (Oracle) and vLLM:
+#    our requests all arrive at once, so only memory limits the batch, while the paper sent a
+#    Poisson trace at 2 requests/s; and our placements lose less to external fragmentation.
+# 2. **Parallel sampling** saves less than the paper's ShareGPT range (16.2 % to 30.5 %; the paper
+#    gives only the range, and the kit takes its ends as widths 2 and 6). Sampling shares the
+#    prompt only, so the saving follows the prompt's share of each sequence, and the study above
+#    used just the first 20 requests (to run fast), whose prompts are shorter than the workload's.
+# 3. **Beam search at width 6** saves 80 % here against the paper's 66.3 %. Our beams run over a
+#    random language model: every step draws fresh random scores, so the surviving beams soon
+#    descend from one recent ancestor and share almost all of their blocks. A real model's beams
+#    keep distinct histories longer. The figure does not come from a tunable detail: neither the
+#    vocabulary size nor the spread of the random scores moves it.
+
+# %%
+import numpy as np
+from gpumemlab.kvcache.sharing import beam_search_blocks, parallel_sampling_blocks
+from gpumemlab.kvcache.workloads import make_workload
+
+for s in ("orca-max", "orca-pow2", "orca-oracle", "paged"):
+    print(f"Fig. 13 {s:12}: mean batch {ours[s].mean_batch_size:6.2f} here, "
+          f"{paper.FIG13_BATCH['sharegpt'][s]:6.2f} in the paper")
+wl = make_workload("sharegpt", 400, seed=0)
+
+def saving(pairs):
+    unshared, shared = (sum(x) for x in zip(*pairs))
+    return 100 * (unshared - shared) / unshared
+
+sampling = {}
+for n in (20, 400):
+    reqs = list(zip(wl.prompt_lens[:n].tolist(), wl.output_lens[:n].tolist()))
+    mean_p, mean_o = np.mean([p for p, _ in reqs]), np.mean([o for _, o in reqs])
+    sampling[n] = {k: saving([parallel_sampling_blocks(p, o, k, 16) for p, o in reqs]) for k in (2, 6)}
+    print(f"parallel sampling, first {n:3} requests (prompt {mean_p:5.1f}, output {mean_o:5.1f} "
+          f"tokens on average): width 2 {sampling[n][2]:4.1f} %, width 6 {sampling[n][6]:4.1f} % "
+          f"(paper 16.2 % to 30.5 %)")
+reqs = list(zip(wl.prompt_lens[:20].tolist(), wl.output_lens[:20].tolist()))
+beam6 = {}
+for vocab in (2, 32, 1000):
+    rng = np.random.default_rng(0)
+    beam6[vocab] = saving([beam_search_blocks(p, o, 6, 16, rng, vocab=vocab) for p, o in reqs])
+print("beam search, width 6, by vocabulary size:",
+      ", ".join(f"{v}: {x:.1f} %" for v, x in beam6.items()),
+      f"(paper {paper.FIG15_SAVING['sharegpt']['beam search'][6]} %)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+paper_ps = paper.FIG15_SAVING["sharegpt"]["parallel sampling"]
+assert all(abs(sampling[400][k] - paper_ps[k]) < abs(sampling[20][k] - paper_ps[k]) for k in (2, 6))
+assert max(beam6.values()) - min(beam6.values()) < 5
+assert min(beam6.values()) > paper.FIG15_SAVING["sharegpt"]["beam search"][6]
+assert all(ours[s].mean_batch_size >= paper.FIG13_BATCH["sharegpt"][s] - 0.01
+           for s in ("orca-max", "orca-pow2", "orca-oracle", "paged"))
+
+# %% [markdown]
+# With all 400 requests, parallel sampling comes within a few points of the paper's range; beam
+# search stays above it whatever the vocabulary, which is the random model's doing. The kit
+# reproduces why sharing pays (beam search far more than sampling), not the paper's exact values.
+#
+# How a real server decides how many KV blocks it has in the first place (vLLM profiles a forward
+# pass at its largest batch, then gives what `gpu_memory_utilization` leaves to the KV cache) is
+# lesson 13's start-up budget.
+
+# %% [markdown]
 # ## Block size
 #
 # Small blocks waste less in each request's last, partly filled block; large blocks make the

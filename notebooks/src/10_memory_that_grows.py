@@ -171,6 +171,99 @@ assert "gc.collect()" in inspect.getsource(cases.reference_cycle).splitlines()[
 # container objects allocated than freed), so this kind of growth comes and goes in waves. The fix is to break the cycle
 # (`weakref`, or clearing the back-reference), not to call `gc.collect()` every step.
 #
+# ### With the collector on: the saw-tooth
+#
+# Now the same loop for 24 steps with automatic collection on, as Python ships it. The collector
+# runs when the count of new container objects passes its first threshold; a `gc.callbacks`
+# hook records each pass (its generation, the objects it collected, where it falls in the
+# trace) and marks the passes on the recording.
+
+# %% tags=["predict"]
+gml.predict("10.p5", "With automatic collection on, what does the memory between steps do over 24 steps?",
+            choices=["grows every step until the loop ends", "grows, then drops back at each collector pass",
+                     "stays flat: each record is freed when it is dropped"])
+
+# %%
+saw, passes = cases.reference_cycle_gc_on(steps=24)
+fig = gml.timeline(saw, by="category")
+tl = fig.gml_timeline
+
+def live_at(event):
+    return sum(b["size"] for b in tl["bands"] if b["start"] <= event < b["end"])
+
+print(f"gc thresholds {gc.get_threshold()}; {len(passes)} collector passes during the loop")
+drops = []
+for n, p in enumerate(passes, 1):
+    freed = sum(e["size"] for e in saw.trace[p["start"]:p["stop"]] if e["action"] == "free_completed")
+    before, after = live_at(p["start"] - 1), live_at(p["stop"] - 1) if p["stop"] > p["start"] else None
+    print(f"pass {n}: generation {p['generation']}, {p['collected']:3} objects collected, "
+          f"trace events {p['start']}..{p['stop']}: {gml.format_size(freed)} of tensors freed"
+          + (f", live {gml.format_size(before)} -> {gml.format_size(after)}" if freed else ""))
+    if freed:
+        drops.append((p["start"], freed))
+print(f"memory drops {len(drops)} times, each at a collector pass")
+gml.reveal("10.p5", "grows, then drops back at each collector pass" if drops
+           else "grows every step until the loop ends")
+fig
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert len(drops) >= 2
+for p in passes:                       # where a pass freed tensors, the live memory fell
+    if any(e["action"] == "free_completed" for e in saw.trace[p["start"]:p["stop"]]):
+        assert live_at(p["stop"] - 1) < live_at(p["start"] - 1)
+assert [m[1] for m in tl["marks"]] == [f"gc pass {passes.index(p) + 1}" for p in passes
+                                      if any(e["action"] == "free_completed"
+                                             for e in saw.trace[p["start"]:p["stop"]])]
+
+# %% [markdown]
+# Each step leaves one output behind (the light blue floor rising step by step); at each marked
+# pass the collector finds the unreachable `StepRecord`s and frees their tensors together, and
+# the floor falls back. The period is not chosen by the program: it is the collector's threshold
+# counted in Python container objects, so a change elsewhere in the program (more objects per
+# step, a library that allocates more) moves the teeth. In a real run that is memory that
+# depends on when the collector happens to run: the peak is set by the highest tooth.
+#
+# ### Finding the cycle: `torch.utils.viz._cycles.warn_tensor_cycles`
+#
+# PyTorch ships a watcher for this: `warn_tensor_cycles()` hooks `gc.callbacks`, keeps what each
+# pass collects (`gc.DEBUG_SAVEALL`), and when that garbage holds a CUDA tensor it writes an HTML
+# drawing of the cycle, each tensor linked to the stack that allocated it (from the memory
+# history it switches on). Here it is run as is; on a machine without CUDA it stops at that
+# memory history. Its garbage watcher (`observe_garbage`) needs no CUDA, so the cell then runs
+# that part alone on one `StepRecord` of a CPU tensor.
+
+# %%
+import torch
+from torch.utils.viz import _cycles
+remove_watch = None
+try:
+    remove_watch = _cycles.warn_tensor_cycles()
+    print("warn_tensor_cycles() installed: it will log a warning and an .html file per cycle")
+except (AttributeError, RuntimeError) as exc:    # a build or machine without CUDA
+    print(f"warn_tensor_cycles() cannot run here: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+seen = []
+
+def observer(garbage):
+    """what one collector pass found: the types of the objects, and the tensors among them"""
+    seen.append([type(o).__name__ for o in garbage if isinstance(o, (torch.Tensor, cases.StepRecord))])
+
+remove = _cycles.observe_garbage(observer)
+try:
+    cases.StepRecord(torch.zeros(256, 256))
+    gc.collect()
+finally:
+    remove()
+    if remove_watch is not None:       # the lesson goes on without the watcher
+        remove_watch()
+print("the collector's garbage held:", seen)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert any("StepRecord" in found and "Tensor" in found for found in seen)
+
+# %% [markdown]
+# On a CUDA machine, call `warn_tensor_cycles()` once at the top of the training script; each
+# warning names an .html file that draws the cycle and the allocating stack of its tensor.
+#
 # ## Leak 4: Jupyter's `Out[n]` and `_`
 #
 # This notebook itself can leak. A cell whose last line is an expression shows its value, and

@@ -178,6 +178,50 @@ fig = gml.show(es, title="expandable segment: one live 8 MiB block pins the page
 fig
 
 # %% [markdown]
+# ### Segments never merge: eight 16 MiB blocks, then four 32 MiB requests
+#
+# The case of the PyTorch developers' write-up on the allocator: a program makes eight 16 MiB
+# tensors and frees them all, then asks for four of 32 MiB. 128 MiB of free cache, 128 MiB
+# wanted. With the defaults, each 16 MiB request (10 MiB or more) got a `cudaMalloc` segment of
+# its own size, and two segments are never joined into one, even when they happen to lie side
+# by side in the address space.
+
+# %% tags=["predict"]
+gml.predict("11.p5", "Defaults: eight 16 MiB tensors made and freed, then four 32 MiB tensors. "
+                     "How much is reserved?")
+
+# %%
+devlog = {}
+for conf in ("", "expandable_segments:True"):
+    card_d = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+    small = [card_d.empty(16 * MiB) for _ in range(8)]
+    after_small = card_d.memory_reserved()
+    small.clear()                                 # all eight freed: 128 MiB of free cache
+    big = [card_d.empty(32 * MiB) for _ in range(4)]
+    devlog[conf] = (card_d, big, after_small)
+    print(f"{conf or 'defaults':25}: reserved {fmt(after_small)} after the eight, "
+          f"{fmt(card_d.memory_reserved())} after the four, for {fmt(card_d.memory_allocated())} live; "
+          f"{len(card_d.memory_snapshot())} segments, {card_d.memory_stats()['num_device_alloc']} "
+          f"cudaMalloc/map calls")
+gml.reveal("11.p5", devlog[""][0].memory_reserved())
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert devlog[""][0].memory_reserved() == 256 * MiB == 2 * devlog[""][0].memory_allocated()
+assert devlog["expandable_segments:True"][0].memory_reserved() == 7 * 20 * MiB   # 140 MiB
+assert devlog["expandable_segments:True"][2] == devlog["expandable_segments:True"][0].memory_reserved()
+
+# %% [markdown]
+# With the defaults, none of the eight free 16 MiB segments can hold 32 MiB, so each request
+# calls `cudaMalloc` again: 256 MiB reserved, twice what is live, and the eight free segments
+# stay cached until `empty_cache()`. With expandable segments the eight tensors were pages of one
+# segment: 128 MiB rounded up to whole 20 MiB pages, 140 MiB. Freed, they became one free range,
+# and the four 32 MiB tensors fit in it without mapping a single new page.
+
+# %%
+fig = gml.show(devlog[""][0], title="defaults: eight free 16 MiB segments beside four new 32 MiB ones")
+fig
+
+# %% [markdown]
 # ## 4 · A private pool keeps its memory apart
 #
 # `torch.cuda.MemPool()` makes a **private pool**: a small and a large free list of its own,
@@ -300,6 +344,35 @@ fig = gml.timeline([by_order[(1, 2, 4, 8)][0], by_order[(8, 4, 2, 1)][0]],
 fig
 
 # %% [markdown]
+# ### The same captures with expandable segments
+#
+# A private pool can use expandable segments too: its segments grow page by page instead of
+# one `cudaMalloc` per miss. Does that make the capture order irrelevant? The outputs of the
+# earlier captures stay alive inside the pool, and live blocks pin their pages.
+
+# %%
+by_order_es = {}
+for order in ([8, 4, 2, 1], [1, 2, 4, 8]):
+    card_e, graphs_e, outs_e = capture_graphs(order, alloc_conf="expandable_segments:True")
+    by_order_es[tuple(order)] = card_e.memory_reserved()
+    print(f"capture order {order}: defaults {fmt(by_order[tuple(order)][0].memory_reserved()):>10}, "
+          f"expandable segments {fmt(card_e.memory_reserved()):>10}, "
+          f"{len(card_e.memory_snapshot())} segment(s)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert by_order_es[(8, 4, 2, 1)] < by_order_es[(1, 2, 4, 8)]
+assert all(by_order_es[o] <= by_order[o][0].memory_reserved() for o in by_order_es)
+
+# %% [markdown]
+# Expandable segments save memory in both orders (a pool's free range is one range, and pages
+# are 20 MiB, not a segment per request), but the order still matters: captured smallest first,
+# the outputs of the small captures stay alive at the front of the segment, and the temporaries
+# of each larger capture need one run of free pages longer than any gap between them, so the
+# segment is mapped further at its end (`gml.text_blockmap(card)` shows the live outputs at the
+# front). Largest first, the biggest capture maps the run once and the later ones fit in it.
+# After the exercise, all 24 orders side by side.
+
+# %% [markdown]
 # ### What `reset()` gives back
 #
 # Take the shared pool captured largest first. Reset one graph: the pool still has users, so
@@ -340,6 +413,33 @@ assert history[2][1] < history[1][1] and history[3][1] == 0
 gml.exercise("11.ex")
 my_reserved = "0 MiB"      # change this: a size, e.g. "37 MiB", or bytes
 gml.exercise.check("11.ex", my_reserved)
+
+# %% [markdown]
+# ### All 24 orders, with and without expandable segments
+#
+# Four batch sizes can be captured in 4! = 24 orders. Capture each one on a fresh card, with the
+# defaults and with expandable segments, and compare the range of what the pool reserves.
+
+# %%
+import itertools
+all_orders = {}
+for conf in ("", "expandable_segments:True"):
+    for order in itertools.permutations((1, 2, 4, 8)):
+        card_p, _graphs, _outs = capture_graphs(list(order), alloc_conf=conf)
+        all_orders[conf, order] = card_p.memory_reserved()
+for conf in ("", "expandable_segments:True"):
+    values = {o: r for (c, o), r in all_orders.items() if c == conf}
+    lo, hi = min(values.values()), max(values.values())
+    print(f"{conf or 'defaults':25}: {fmt(lo)} to {fmt(hi)} over {len(values)} orders; "
+          f"{sum(r == lo for r in values.values())} orders reach the minimum, e.g. "
+          f"{list(min(values, key=values.get))}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+es_values = [r for (c, o), r in all_orders.items() if c]
+def_values = [r for (c, o), r in all_orders.items() if not c]
+assert len(es_values) == len(def_values) == 24
+assert min(es_values) < min(def_values) and max(es_values) < max(def_values)
+assert max(es_values) > min(es_values)          # the order still matters with expandable segments
 
 # %% [markdown]
 # ## On your GPU: graphs captured into one shared pool
