@@ -44,6 +44,11 @@ def forward_events(module, make_input, size: int) -> tuple:
     with torch.inference_mode(), capture(module, frames=False) as rec:
         out = module(x)
     del out
+    return capture_events(rec)
+
+
+def capture_events(rec) -> tuple:
+    """A ``gml.capture`` Capture's allocations and completed frees as ``(action, key, nbytes)``."""
     events = []
     for entry in rec.entries:
         if entry["action"] == "alloc":

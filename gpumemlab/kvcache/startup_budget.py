@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from gpumemlab.units import MiB, format_size, parse_size
 
-from .graph_pools import check_sizes, capture_all, run_events, vllm_estimate
+from .graph_pools import capture_all, capture_events, check_sizes, run_events, vllm_estimate
 from .sizing import dtype_bytes, model_shape
 
 REDUNDANCY_BUFFER = 150 * MiB    # vLLM leaves this much when it suggests --kv-cache-memory
@@ -47,13 +47,7 @@ def _activation_events(profile) -> tuple:
     if profile is None:
         return ()
     if getattr(profile, "is_capture", False):
-        events = []
-        for entry in profile.entries:
-            if entry["action"] == "alloc":
-                events.append(("alloc", entry["addr"], entry["size"]))
-            elif entry["action"] == "free_completed":
-                events.append(("free", entry["addr"], entry["size"]))
-        return tuple(events)
+        return capture_events(profile)
     if isinstance(profile, tuple):
         return profile
     nbytes = parse_size(profile, name="activation_peak")
