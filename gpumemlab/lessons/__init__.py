@@ -19,7 +19,9 @@ Importing this package registers every lesson's exercise and predict questions (
 tolerance and misconceptions: ``quizkit.predict_rules``), so ``predict`` and ``reveal``
 (``gml.predict``, ``gml.reveal``) read a prediction in its question's unit in any kernel, and
 ``get``, ``all_exercises``, ``judge`` and ``judge_json`` (``quizkit.lesson_exercises``'s,
-re-exported) and ``exercise`` (``gml.exercise``) know them all. It imports no torch: the models are imported when used.
+re-exported) and ``exercise`` (``gml.exercise``) know them all. The lessons' models
+(``tiny_lm``, ``growth_cases``) are imported only when used (torch itself comes in with the
+simulated GPU's OutOfMemoryError, which subclasses torch's).
 """
 from __future__ import annotations
 
