@@ -16,7 +16,7 @@ pytest.importorskip("ipywidgets")
 
 ROOT = Path(__file__).resolve().parent.parent
 BARE = re.compile(r"<[\w.]+ object at 0x|VBox\(children=|<[\w. ]+ at 0x[0-9a-f]+>")
-CONVERTED = ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]   # lessons rebuilt as experiments (issue 10); grows lesson by lesson
+CONVERTED = ["01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14"]   # lessons rebuilt as experiments (issue 10); grows lesson by lesson
 
 
 def _lesson(key):
