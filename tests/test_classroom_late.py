@@ -6,7 +6,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from gpumemlab.classroom import late as L
-from gpumemlab.classroom.grade import StudentResult, apply_late
+from gpumemlab.classroom.grade import StudentResult
+from gpumemlab.classroom.late import apply_late
 from gpumemlab.classroom.reports import feedback_text, gradescope, write_csv
 from gpumemlab.cli import main
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from . import isolation
 from .build import build_graded, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
+from .late import apply_late
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -345,20 +346,6 @@ def _shown(student_id) -> str:
     from gpumemlab.cleantext import clean_text
 
     return clean_text(display_id(student_id), limit=120, keep_newlines=False)
-
-
-def apply_late(result: StudentResult, policy, notebook=None) -> StudentResult:
-    """Set the result's late penalty from ``policy`` (``late.LatePolicy`` or None)."""
-    from .late import late_penalty, submission_time
-
-    if policy is None:
-        return result
-    when, note = submission_time(result.timestamp, notebook)
-    lateness = late_penalty(policy, when, result.score, result.max_score)
-    result.penalty = lateness.penalty
-    result.late_text = "; ".join(t for t in (lateness.text, note if lateness.late_s > 0 or
-                                             when is None else "") if t)
-    return result
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,

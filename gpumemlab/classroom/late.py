@@ -213,3 +213,16 @@ def policy_from_metadata(nb_metadata) -> dict:
     if unknown:
         raise ValueError(f"metadata.gpumemlab.late has unknown keys: {', '.join(sorted(unknown))}")
     return dict(late)
+
+
+def apply_late(result, policy, notebook=None) -> object:
+    """Set a ``grade.StudentResult``'s ``penalty`` and ``late_text`` from ``policy`` (None: leave
+    it as it is); the notebook's file time stands in for a missing ``timestamp.txt``."""
+    if policy is None:
+        return result
+    when, note = submission_time(result.timestamp, notebook)
+    lateness = late_penalty(policy, when, result.score, result.max_score)
+    result.penalty = lateness.penalty
+    result.late_text = "; ".join(t for t in (lateness.text, note if lateness.late_s > 0 or
+                                             when is None else "") if t)
+    return result
