@@ -1,0 +1,254 @@
+"""``gpumemlab gradescope``: the autograder zip a teacher uploads to Gradescope.
+
+Gradescope's autograder specification wants a zip with ``setup.sh`` and ``run_autograder`` at its
+root; it unpacks the zip to ``/autograder/source``, runs ``setup.sh`` once as root while it builds
+the image (Ubuntu), and runs ``run_autograder`` once per submission. The zip made here holds::
+
+    setup.sh                    apt: python3, python3-venv, bubblewrap, util-linux; a venv in
+                                /opt/gpumemlab-venv; CPU-only torch from PyTorch's CPU index;
+                                the kit from dist/; then a check of the settings and the sandbox
+    run_autograder              runs gradescope_run; writes a results.json even if that fails
+    gpumemlab-autograder.json   the settings (gradescope_config)
+    teacher/<notebook>.ipynb    the teacher's source notebook: solutions and hidden tests. It
+                                lives in the autograder image only; students get the version
+                                ``gpumemlab assign`` makes
+    dist/gpumemlab-*.whl        the kit, built from this checkout now (or ``--dist FILE``)
+
+The source is checked first (nbgrader markup, the questions its judges name, the visibility of
+each test); the zip is written to a temporary name and renamed, so a failed pack leaves nothing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .gradescope_config import CONFIG_NAME, FORMAT, TEACHER_DIR, check_config, \
+    visibility_of_tests
+
+VENV = "/opt/gpumemlab-venv"
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "gpumemlab", "quizzes")
+_DIST_NAME = re.compile(r"gpumemlab-[\w.+!-]+(?:-py3-none-any\.whl|\.tar\.gz)")
+
+SETUP_SH = """#!/usr/bin/env bash
+# gpumemlab autograder for {assignment}: Gradescope runs this once, as root, while it builds
+# the autograder image (Ubuntu). Written by `gpumemlab gradescope`; see docs/QUIZZES.md.
+set -euo pipefail
+here="$(cd "$(dirname "${{BASH_SOURCE[0]}}")" && pwd)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+# python3-venv: the kit's own environment; bubblewrap and util-linux (unshare, setpriv): the
+# sandbox each notebook runs in, where the container lets it run
+apt-get install -y --no-install-recommends python3 python3-venv python3-pip bubblewrap \\
+    util-linux ca-certificates
+python3 -m venv {venv}
+py={venv}/bin/python
+"$py" -m pip install --upgrade pip
+# torch from PyTorch's CPU-only index: the kit simulates the GPU; the container has none
+"$py" -m pip install --index-url {cpu_index} '{torch}'
+# the kit, built from the teacher's checkout by `gpumemlab gradescope` (its other
+# dependencies from PyPI; the CPU torch above already satisfies its torch)
+"$py" -m pip install "$here/{dist}"
+chmod 0755 "$here/run_autograder"
+GPUMEMLAB_AUTOGRADER_ROOT="$(dirname "$here")" "$py" -m gpumemlab.classroom.gradescope_run --check
+"""
+
+RUN_AUTOGRADER = """#!/usr/bin/env bash
+# gpumemlab autograder for {assignment}: Gradescope runs this once per submission.
+# It grades $root/submission and writes $root/results/results.json; if that fails in any way
+# the lines after it still write one (score 0 and the reason), so Gradescope always has one.
+root="${{GPUMEMLAB_AUTOGRADER_ROOT:-/autograder}}"
+py="${{GPUMEMLAB_AUTOGRADER_PYTHON:-{venv}/bin/python}}"
+export GPUMEMLAB_AUTOGRADER_ROOT="$root"
+mkdir -p "$root/results"
+rm -f "$root/results/results.json"
+"$py" -m gpumemlab.classroom.gradescope_run
+status=$?
+if [ ! -s "$root/results/results.json" ]; then
+    cat > "$root/results/results.json" <<EOF
+{{"score": 0, "output": "The autograder itself failed (exit status $status) before it could \
+grade this submission. This is not a problem with your submission: tell your teacher, who can \
+read the autograder's log on Gradescope.", "output_format": "text", "tests": []}}
+EOF
+fi
+exit 0
+"""
+
+
+class PackError(ValueError):
+    """The zip cannot be made; the message says why (one line)."""
+
+
+@dataclass
+class PackReport:
+    out: Path
+    config: dict
+    dist: str
+    max_score: float
+    notes: list = field(default_factory=list)
+
+    def text(self) -> str:
+        vis = self.config["visibility"]
+        late = self.config["late"]
+        lines = [f"wrote {self.out}: {self.config['assignment']}, {len(vis)} tests, "
+                 f"{self.max_score:g} points, kit {self.dist}",
+                 "visibility: " + ", ".join(f"{gid} {v}" for gid, v in vis.items()),
+                 "late: " + (f"{late['per_day'] * 100:g}% of the maximum per started day after "
+                             f"Gradescope's due date (+{late['grace_s']:g} s grace), at most "
+                             f"{late['cap'] * 100:g}%" if late and late["per_day"]
+                             else "reported, no penalty"),
+                 f"sandbox: {self.config['sandbox']}"]
+        return "\n".join(lines + self.notes)
+
+
+def checkout_root() -> Path:
+    """The source checkout gpumemlab is imported from; PackError when it is installed."""
+    import gpumemlab
+
+    root = Path(gpumemlab.__file__).resolve().parent.parent
+    if not all((root / name).exists() for name in BUILD_INPUTS):
+        raise PackError(f"gpumemlab is imported from {root}, not a source checkout: pass "
+                        f"--dist with a wheel or sdist of it")
+    return root
+
+
+def build_wheel(dest: Path) -> Path:
+    """A wheel of this checkout (copied first, so the build's files never land in it)."""
+    root = checkout_root()
+    with tempfile.TemporaryDirectory(prefix="gml-pack-") as tmp:
+        src = Path(tmp) / "src"
+        src.mkdir()
+        for name in BUILD_INPUTS + tuple(p.name for p in root.glob("LICEN[CS]E*")):
+            if (root / name).is_dir():
+                shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns(
+                    "__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints"))
+            else:
+                shutil.copy2(root / name, src / name)
+        out = Path(tmp) / "dist"
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
+                               "--no-build-isolation", "-q", "-w", str(out), str(src)],
+                              capture_output=True, text=True, timeout=600)
+        wheels = sorted(out.glob("gpumemlab-*.whl")) if out.is_dir() else []
+        if proc.returncode != 0 or len(wheels) != 1:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            raise PackError(f"building the kit's wheel failed: {why[-1] if why else 'no wheel'}"
+                            f" (or pass --dist with a wheel or sdist)")
+        dest.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy2(wheels[0], dest / wheels[0].name))
+
+
+def torch_requirement(dist: Path) -> str:
+    """The kit's torch requirement, from the dist's own metadata (``torch`` when none)."""
+    text = ""
+    if dist.name.endswith(".whl"):
+        with zipfile.ZipFile(dist) as zf:
+            name = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+            text = zf.read(name).decode("utf-8", "replace") if name else ""
+    else:
+        import tarfile
+
+        with tarfile.open(dist) as tf:
+            member = next((m for m in tf.getmembers() if m.name.count("/") == 1
+                           and m.name.endswith("/PKG-INFO")), None)
+            f = tf.extractfile(member) if member is not None else None
+            text = f.read().decode("utf-8", "replace") if f is not None else ""
+    m = re.search(r"^Requires-Dist: (torch\s*[<>=!~,.\d\s]*)$", text, re.MULTILINE)
+    return re.sub(r"\s+", "", m.group(1)) if m else "torch"
+
+
+def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sandbox, late,
+            visibility) -> dict:
+    from .late import parse_duration, parse_fraction
+
+    late = dict(late or {})
+    try:
+        policy = {"per_day": parse_fraction(late.get("per_day") or 0, "late penalty per day"),
+                  "cap": parse_fraction(late["cap"], "late penalty cap")
+                  if late.get("cap") not in (None, "") else 1.0,
+                  "grace_s": parse_duration(late["grace"]) if late.get("grace") not in
+                  (None, "") else 0.0}
+        config = {"format": FORMAT, "assignment": assignment, "notebook": name,
+                  "cell_timeout": cell_timeout, "timeout": timeout, "memory_mb": memory_mb,
+                  "sandbox": sandbox, "late": policy,
+                  "visibility": visibility_of_tests(source_nb, visibility)}
+        return check_config(config)
+    except ValueError as exc:
+        raise PackError(str(exc)) from None
+
+
+def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_mb=None,
+         sandbox="auto", late=None, visibility=(), dist=None) -> PackReport:
+    """Write the autograder zip ``out`` for the source notebook ``source``.
+
+    ``late``: ``{"per_day", "cap", "grace"}`` as ``gpumemlab grade`` takes them (the due date
+    is Gradescope's); ``visibility``: ``["GRADE_ID=VISIBILITY"]`` overriding the notebook's."""
+    from .build import test_parts, tests_of
+    from .cells import NotebookFormatError, validate_source
+    from .grade import read_notebook
+    from .judge import check_questions
+    from .late import policy_from_metadata
+
+    source, out = Path(source), Path(out)
+    try:
+        source_nb = read_notebook(source)
+        validate_source(source_nb)
+        judges = [j for _, js in test_parts(source_nb).values() for j in js]
+        check_questions(judges, "source notebook")
+        from_nb = policy_from_metadata(source_nb.metadata)
+    except (NotebookFormatError, ValueError, OSError) as exc:
+        raise PackError(f"{source}: {exc}") from None
+    notes = []
+    if from_nb.pop("due", None):
+        notes.append("note: the notebook's metadata.gpumemlab.late.due is not used; the due "
+                     "date is the one set on Gradescope")
+    from_nb.update({k: v for k, v in (late or {}).items() if v is not None})
+    config = _config(source_nb, source.name, assignment=assignment or source.stem,
+                     cell_timeout=cell_timeout, timeout=timeout, memory_mb=memory_mb,
+                     sandbox=sandbox, late=from_nb, visibility=visibility)
+    with tempfile.TemporaryDirectory(prefix="gml-pack-") as tmp:
+        if dist is None:
+            kit = build_wheel(Path(tmp))
+        else:
+            kit = Path(dist)
+            if not kit.is_file() or not _DIST_NAME.fullmatch(kit.name):
+                raise PackError(f"--dist {kit}: expected a gpumemlab wheel (-py3-none-any.whl) "
+                                f"or sdist (.tar.gz) file")
+        try:
+            torch = torch_requirement(kit)
+        except Exception as exc:   # a broken archive
+            raise PackError(f"{kit.name} cannot be read: {exc}") from None
+        dist_rel = f"dist/{kit.name}"
+        fill = {"assignment": json.dumps(config["assignment"])[1:-1].replace("\n", " "),
+                "venv": VENV, "cpu_index": CPU_INDEX, "torch": torch, "dist": dist_rel}
+        files = [("setup.sh", SETUP_SH.format(**fill).encode(), 0o755),
+                 ("run_autograder", RUN_AUTOGRADER.format(**fill).encode(), 0o755),
+                 (CONFIG_NAME, (json.dumps(config, indent=1) + "\n").encode(), 0o644),
+                 (f"{TEACHER_DIR}/{source.name}", source.read_bytes(), 0o644),
+                 (dist_rel, kit.read_bytes(), 0o644)]
+        _write_zip(out, files)
+    max_score = sum(p for _, p in tests_of(source_nb))
+    return PackReport(out, config, kit.name, max_score, notes)
+
+
+def _write_zip(out: Path, files) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, data, mode in files:
+                info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+                info.external_attr = (0o100000 | mode) << 16   # a regular file, its mode
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, data)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

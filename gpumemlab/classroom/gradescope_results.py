@@ -1,0 +1,77 @@
+"""The ``results.json`` Gradescope reads after ``run_autograder``: scores, visibility, formats.
+
+It starts from ``reports.gradescope`` (score after the late penalty, per-test rows, notes) and
+adds what only Gradescope uses:
+
+* each test's ``visibility`` from the autograder's settings (``gradescope_config``); notes that
+  name a test not visible yet (``hidden``, ``after_due_date``, ``after_published``) name it
+  "a test not shown yet" instead, so its id does not leak through the overall output;
+* ``output_format`` ``"text"`` everywhere (the whole output, each test's, each test's name).
+  Gradescope shows ``text`` verbatim in a preformatted block; ``md``, ``html`` and
+  ``simple_format`` would render markup, and these outputs carry a student's own text
+  (exception messages, printed values): as markdown a submission could add links or images to
+  its own feedback, or reflow a traceback into something that reads like a verdict. Tracebacks
+  and aligned values also need the fixed-width block that ``text`` gives;
+* a top-level banner when the notebook ran without the OS sandbox, and the score line with the
+  late penalty.
+
+``failure`` is the results file for a submission that could not be graded at all: score 0 and
+the reason, so Gradescope always has a file to read.
+"""
+from __future__ import annotations
+
+from gpumemlab.cleantext import clean_text
+
+OUTPUT_FORMAT = "text"
+OUTPUT_LIMIT = 64 << 10
+NOT_SHOWN = "a test not shown yet"
+
+
+def not_isolated_banner(reason: str) -> str:
+    return clean_text(
+        "NOT ISOLATED: the OS sandbox (bubblewrap) could not run in this autograder container "
+        f"({reason}), so this notebook ran WITHOUT it: its code could read and change anything "
+        "the autograder can, including these results. Your teacher has been told the same.",
+        limit=2000)
+
+
+def _formats(data: dict) -> dict:
+    data["output_format"] = OUTPUT_FORMAT
+    data["test_output_format"] = OUTPUT_FORMAT
+    data["test_name_format"] = OUTPUT_FORMAT
+    return data
+
+
+def results(result, visibility: dict, *, banner: str = "", notes=()) -> dict:
+    """Gradescope's results for a graded ``grade.StudentResult``; ``banner`` and ``notes`` go
+    first in the overall output."""
+    from .grade import NOT_ISOLATED
+    from .reports import gradescope
+
+    shown_later = [gid for gid, vis in visibility.items() if vis != "visible"]
+    result.notes = [_hide(n, shown_later) for n in result.notes if n != NOT_ISOLATED]
+    data = gradescope(result)
+    head = [banner] if banner else []
+    head.append(f"score: {data['score']:g} / {result.max_score:g}"
+                + (f" (tests {result.score:g}, late penalty -{result.penalty:g})"
+                   if getattr(result, "penalty", 0) else ""))
+    head += [clean_text(n, limit=2000) for n in notes]
+    data["output"] = clean_text("\n".join(head + ([data["output"]] if data["output"] else [])),
+                                limit=OUTPUT_LIMIT)
+    for test in data["tests"]:
+        test["visibility"] = visibility.get(test["name"], "visible")
+        test["output_format"] = OUTPUT_FORMAT
+    return _formats(data)
+
+
+def _hide(note: str, ids) -> str:
+    for gid in sorted(ids, key=len, reverse=True):
+        note = note.replace(gid, NOT_SHOWN)
+    return note
+
+
+def failure(reason: str, seconds: float = 0.0) -> dict:
+    """Score 0 and why, for a submission the autograder could not grade."""
+    return _formats({"score": 0.0, "execution_time": round(seconds, 2),
+                     "output": clean_text(reason, limit=OUTPUT_LIMIT), "visibility": "visible",
+                     "tests": []})

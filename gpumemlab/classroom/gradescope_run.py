@@ -1,0 +1,206 @@
+"""What ``run_autograder`` runs in a Gradescope container: grade one submission, write results.
+
+Gradescope's layout (its autograder specification), under a root that is ``/autograder`` there
+and ``$GPUMEMLAB_AUTOGRADER_ROOT`` when set (a test's fake tree)::
+
+    source/                     the teacher's zip, unpacked: settings, teacher/<notebook>
+    submission/                 the student's files
+    submission_metadata.json    submission time, due dates (``gradescope_metadata``)
+    results/results.json        what this writes (``gradescope_results``)
+
+One submission is graded the way ``gpumemlab grade`` grades each one (``grade.open_run`` and
+``grade.grade_one``): rebuilt from the teacher's notebook, run in the bubblewrap sandbox when it
+can run in this container, else (settings ``sandbox: auto``) without it, and then the results
+say so at the top. The late penalty comes from the settings' numbers and Gradescope's times.
+
+Whatever happens (no submission, an unreadable notebook, broken settings, a grader bug) a
+results.json is written: score 0 and the reason when nothing could be graded; the traceback
+goes to stdout, which Gradescope shows the teacher only. The file is written to a temporary name
+and renamed, so Gradescope never reads half of one.
+
+``python -m gpumemlab.classroom.gradescope_run --check`` (run by setup.sh while the image is
+built) reads the settings and the notebook and says whether the sandbox works there.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from .gradescope_config import CONFIG_NAME, TEACHER_DIR, ConfigError, read_config
+
+ROOT_ENV = "GPUMEMLAB_AUTOGRADER_ROOT"
+DEFAULT_ROOT = "/autograder"
+STUDENT_ID = "submission"
+NOT_YOUR_FAULT = ("This is not a problem with your submission: tell your teacher, who can read "
+                  "the autograder's log on Gradescope.")
+
+
+class _Refused(Exception):
+    """Nothing can be graded; the message is the student's explanation."""
+
+
+def autograder_root() -> Path:
+    return Path(os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def _settings(root: Path):
+    """(config, source notebook), or _Refused."""
+    from .cells import NotebookFormatError, validate_source
+    from .grade import read_notebook
+
+    try:
+        config = read_config(root / "source" / CONFIG_NAME)
+    except (ConfigError, OSError) as exc:
+        raise _Refused(f"The autograder is misconfigured: {exc}. {NOT_YOUR_FAULT}") from None
+    path = root / "source" / TEACHER_DIR / config["notebook"]
+    try:
+        source_nb = read_notebook(path)
+        validate_source(source_nb)
+    except (NotebookFormatError, OSError, ValueError) as exc:
+        raise _Refused(f"The autograder's notebook {config['notebook']} cannot be used: "
+                       f"{exc}. {NOT_YOUR_FAULT}") from None
+    return config, source_nb
+
+
+def _times(root: Path, config):
+    """(SubmissionTimes or None, note): read before any of the submission's code runs."""
+    from .gradescope_metadata import METADATA_NAME, MetadataError, read_times
+
+    if config.get("late") is None:
+        return None, ""
+    try:
+        return read_times(root / METADATA_NAME), ""
+    except MetadataError as exc:
+        return None, (f"late policy NOT applied: {exc}; your teacher will check the submission "
+                      f"time")
+
+
+def _sandbox(config):
+    """(use the sandbox?, banner for the results)."""
+    from . import isolation
+
+    if config["sandbox"] == "off":
+        return False, ("NOT ISOLATED: this autograder is set to run notebooks without the OS "
+                       "sandbox (sandbox: off); its code could read and change anything the "
+                       "autograder can, including these results.")
+    reason = isolation.unavailable_reason()
+    if reason is None:
+        return True, ""
+    if config["sandbox"] == "require":
+        raise _Refused(f"Not graded: this autograder requires the OS sandbox (bubblewrap), "
+                       f"which cannot run in this container ({reason}). {NOT_YOUR_FAULT}")
+    from .gradescope_results import not_isolated_banner
+
+    return False, not_isolated_banner(reason)
+
+
+def _submission(root: Path, config):
+    """(folder or None, notebook path or None, notes)."""
+    from .intake import find_notebook
+
+    folder = root / "submission"
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None, None, ["no submission folder was found"]
+    if not stat.S_ISDIR(st.st_mode):
+        return None, None, ["the submission is not a folder"]
+    notebook = find_notebook(folder, config["notebook"])
+    if notebook is None:
+        return folder, None, [f"expected the notebook {config['notebook']} (or a single "
+                              f".ipynb file) in the submission"]
+    return folder, notebook, []
+
+
+def grade_submission(root: Path, started: float) -> dict:
+    """The results for the submission under ``root`` (raises only for grader bugs)."""
+    from .grade import grade_one, open_run
+    from .gradescope_results import results
+    from .late import LatePolicy, late_penalty
+
+    config, source_nb = _settings(root)
+    times, late_note = _times(root, config)
+    sandbox, banner = _sandbox(config)
+    folder, notebook, notes = _submission(root, config)
+    limits = {"memory_bytes": int(config["memory_mb"]) << 20} if config["memory_mb"] else None
+    run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())], limits=limits)
+    try:
+        result = grade_one(run, STUDENT_ID, folder, notebook,
+                           cell_timeout=config["cell_timeout"], timeout=config["timeout"])
+    finally:
+        run.close()
+    result.seconds = time.monotonic() - started
+    late = config.get("late")
+    if late is not None and times is not None:
+        if times.due is None:
+            late_note = "the assignment has no due date on Gradescope: no late penalty"
+        else:
+            policy = LatePolicy(times.due, late["per_day"], late["cap"], late["grace_s"])
+            lateness = late_penalty(policy, times.submitted, result.score, result.max_score)
+            result.penalty, result.late_text = lateness.penalty, lateness.text
+            if times.extended and lateness.text:
+                result.late_text += " (your own due date)"
+    return results(result, config["visibility"], banner=banner,
+                   notes=notes + ([late_note] if late_note else []))
+
+
+def write_results(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run(root: Path) -> dict:
+    """Grade and write ``results/results.json``; never raises. -> the results written."""
+    from .gradescope_results import failure
+
+    started = time.monotonic()
+    try:
+        data = grade_submission(root, started)
+    except _Refused as exc:
+        data = failure(str(exc), time.monotonic() - started)
+    except Exception as exc:   # a grader bug: the student still gets a results file
+        traceback.print_exc(file=sys.stdout)
+        data = failure(f"The autograder failed while grading ({type(exc).__name__}). "
+                       f"{NOT_YOUR_FAULT}", time.monotonic() - started)
+    write_results(root / "results" / "results.json", data)
+    return data
+
+
+def check(root: Path) -> int:
+    """setup.sh's check while the image is built: settings, notebook, sandbox."""
+    from . import isolation
+
+    try:
+        config, _ = _settings(root)
+    except _Refused as exc:
+        print(f"gpumemlab autograder: {exc}")
+        return 1
+    reason = isolation.unavailable_reason()
+    print(f"gpumemlab autograder: {config['assignment']} ({config['notebook']}); settings read")
+    print("gpumemlab autograder: sandbox: " + ("bubblewrap works here" if reason is None else
+                                                f"UNAVAILABLE here ({reason}); mode "
+                                                f"{config['sandbox']}"))
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    root = autograder_root()
+    if argv == ["--check"]:
+        return check(root)
+    data = run(root)
+    print(f"gpumemlab autograder: score {data['score']:g}; "
+          f"{len(data['tests'])} tests; results in {root / 'results' / 'results.json'}")
+    print(data["output"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""``gpumemlab gradescope``: pack a source notebook into a Gradescope autograder zip.
+
+    gpumemlab gradescope SOURCE.ipynb OUT.zip [--late-per-day 10%] [--visibility ID=hidden]
+
+The zip's layout and what runs in the container: ``gpumemlab.classroom.gradescope_pack`` and
+``gpumemlab.classroom.gradescope_run``; the teacher's guide: docs/QUIZZES.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    from gpumemlab.classroom.gradescope_config import SANDBOX_MODES, VISIBILITIES
+
+    p = subparsers.add_parser(
+        "gradescope", help="make a Gradescope autograder zip from a source notebook",
+        description="Write OUT.zip for Gradescope's programming assignments: setup.sh (installs "
+        "bubblewrap, a CPU torch and this kit, built from this checkout), run_autograder "
+        "(grades /autograder/submission with the source's tests and hidden tests), the source "
+        "notebook and the settings. The due date is the one set on Gradescope.")
+    p.add_argument("source", type=Path, help="instructor notebook (nbgrader markup)")
+    p.add_argument("out", type=Path, help="the zip to write")
+    p.add_argument("--assignment", default=None, help="assignment name (default: notebook name)")
+    p.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
+    p.add_argument("--timeout", type=float, default=300,
+                   help="seconds per notebook (300; keep it under Gradescope's own limit)")
+    p.add_argument("--memory-mb", type=int, default=None,
+                   help="address-space limit per sandboxed process in MiB (8192)")
+    p.add_argument("--late-per-day", default=None, metavar="FRACTION",
+                   help="late penalty per started day past Gradescope's due date: 0.1 or 10%% "
+                        "of the maximum score (default: the source's metadata.gpumemlab.late, "
+                        "else 0: lateness is reported, not penalised)")
+    p.add_argument("--late-cap", default=None, metavar="FRACTION",
+                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
+    p.add_argument("--grace", default=None, metavar="DURATION",
+                   help="submissions this long after the due date count as on time: 15m, 2h, "
+                        "1d (default 0)")
+    p.add_argument("--visibility", action="append", default=[], metavar="GRADE_ID=VISIBILITY",
+                   help=f"who sees a test's result on Gradescope: {', '.join(VISIBILITIES)} "
+                        f"(default: the test cell's metadata.gpumemlab.visibility, else "
+                        f"visible); repeat for several tests")
+    p.add_argument("--sandbox", choices=SANDBOX_MODES, default="auto",
+                   help="auto: use bubblewrap when it runs in the container, else grade without "
+                        "it and say so in every result; require: score 0 with the reason when "
+                        "it cannot run; off: never (auto)")
+    p.add_argument("--dist", type=Path, default=None,
+                   help="a gpumemlab wheel or sdist to put in the zip (default: build a wheel "
+                        "of this checkout)")
+    p.set_defaults(func=_gradescope)
+
+
+def _gradescope(args) -> int:
+    from gpumemlab.classroom.gradescope_pack import PackError, pack
+
+    from . import CLIError
+
+    if not args.source.is_file():
+        raise CLIError(f"source notebook {args.source} does not exist")
+    if args.out.suffix != ".zip":
+        raise CLIError(f"{args.out}: the autograder must be a .zip file")
+    late = {"per_day": args.late_per_day, "cap": args.late_cap, "grace": args.grace}
+    try:
+        report = pack(args.source, args.out, assignment=args.assignment,
+                      cell_timeout=args.cell_timeout, timeout=args.timeout,
+                      memory_mb=args.memory_mb, sandbox=args.sandbox, late=late,
+                      visibility=args.visibility, dist=args.dist)
+    except PackError as exc:
+        raise CLIError(str(exc)) from None
+    print(report.text())
+    return 0
