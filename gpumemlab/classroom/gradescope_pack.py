@@ -96,15 +96,17 @@ class PackReport:
     notes: list = field(default_factory=list)
 
     def text(self) -> str:
+        from .late import format_duration
+
         vis = self.config["visibility"]
         late = self.config["late"]
         lines = [f"wrote {self.out}: {self.config['assignment']}, {len(vis)} tests, "
                  f"{self.max_score:g} points, kit {self.dist}",
                  "visibility: " + ", ".join(f"{gid} {v}" for gid, v in vis.items()),
-                 "late: " + (f"{late['per_day'] * 100:g}% of the maximum per started day after "
-                             f"Gradescope's due date (+{late['grace_s']:g} s grace), at most "
-                             f"{late['cap'] * 100:g}%" if late and late["per_day"]
-                             else "reported, no penalty"),
+                 "late: " + (f"{late['per_day'] * 100:g}% of the maximum per started day "
+                             f"after Gradescope's due date, at most {late['cap'] * 100:g}%, "
+                             f"grace {format_duration(late['grace_s'])}"
+                             if late and late["per_day"] else "reported, no penalty"),
                  f"sandbox: {self.config['sandbox']}"]
         return "\n".join(lines + self.notes)
 

@@ -12,6 +12,8 @@ adds what only Gradescope uses:
   (exception messages, printed values): as markdown a submission could add links or images to
   its own feedback, or reflow a traceback into something that reads like a verdict. Tracebacks
   and aligned values also need the fixed-width block that ``text`` gives;
+* ``extra_data`` (stored by Gradescope, shown to no one): the raw score, the late penalty and
+  whether the notebook ran in the sandbox;
 * a top-level banner when the notebook ran without the OS sandbox, and the score line with the
   late penalty.
 
@@ -54,10 +56,12 @@ def results(result, visibility: dict, *, banner: str = "", notes=()) -> dict:
     head = [banner] if banner else []
     head.append(f"score: {data['score']:g} / {result.max_score:g}"
                 + (f" (tests {result.score:g}, late penalty -{result.penalty:g})"
-                   if getattr(result, "penalty", 0) else ""))
+                   if result.penalty else ""))
     head += [clean_text(n, limit=2000) for n in notes]
     data["output"] = clean_text("\n".join(head + ([data["output"]] if data["output"] else [])),
                                 limit=OUTPUT_LIMIT)
+    data["extra_data"] = {"raw_score": result.score, "late_penalty": result.penalty,
+                          "isolated": result.isolated}
     for test in data["tests"]:
         test["visibility"] = visibility.get(test["name"], "visible")
         test["output_format"] = OUTPUT_FORMAT
