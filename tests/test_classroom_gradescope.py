@@ -152,6 +152,26 @@ def test_a_wrong_visibility_stops_the_pack_before_anything_is_written(packed, ca
     assert not out.exists() and not list(packed["tmp"].glob(".bad.zip*"))
 
 
+def test_a_given_dist_is_shipped_as_it_is(packed, capsys):
+    files = _members(packed)
+    name = next(n for n in files if n.startswith("dist/"))
+    given = packed["tmp"] / "given" / name.split("/")[1]
+    given.parent.mkdir()
+    given.write_bytes(files[name][0])
+    out = packed["tmp"] / "given.zip"
+    assert main(["gradescope", str(packed["source"]), str(out), "--dist", str(given)]) == 0
+    with zipfile.ZipFile(out) as zf:
+        assert zf.read(name) == given.read_bytes()
+    renamed = packed["tmp"] / "given" / "kit.whl"
+    renamed.write_bytes(given.read_bytes())
+    assert main(["gradescope", str(packed["source"]), str(packed["tmp"] / "x.zip"),
+                 "--dist", str(renamed)]) == 2
+    assert main(["gradescope", str(packed["source"]), str(packed["tmp"] / "x.tar")]) == 2
+    err = capsys.readouterr().err
+    assert "expected a gpumemlab wheel" in err and "must be a .zip file" in err
+    assert not (packed["tmp"] / "x.zip").exists() and not (packed["tmp"] / "x.tar").exists()
+
+
 # ---- the real run_autograder on fake /autograder trees ----
 
 def _tree(packed, name, notebook=None, metadata=None) -> Path:
