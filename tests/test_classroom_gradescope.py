@@ -298,11 +298,23 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
     assert "NOT ISOLATED" in res["_stdout"]   # the teacher's log says it too
 
 
+def _check(root: Path, path=None):
+    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
+    env = dict(os.environ, GPUMEMLAB_AUTOGRADER_ROOT=str(root), PYTHONPATH=str(ROOT))
+    if path is not None:
+        env["PATH"] = path
+    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
+                           "--check"], env=env, capture_output=True, text=True, timeout=120)
+
+
 def test_no_submission_still_writes_results_with_the_reason(packed):
     root = _tree(packed, "empty", None, _metadata(DUE))
     res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
     assert res["score"] == 0 and [t["score"] for t in res["tests"]] == [0, 0, 0]
     assert "no submission folder was found" in res["output"]
+    proc = _check(root, path=_path_without_bwrap(packed["tmp"]))
+    assert proc.returncode == 0 and "lab (lab.ipynb); settings read" in proc.stdout
+    assert "sandbox: UNAVAILABLE here (bwrap is not installed" in proc.stdout
 
 
 def test_broken_settings_or_a_dead_python_still_write_results(packed):
@@ -313,6 +325,9 @@ def test_broken_settings_or_a_dead_python_still_write_results(packed):
     assert res["output"].startswith("The autograder is misconfigured: not a "
                                     "gpumemlab-gradescope/1 settings file")
     assert "not a problem with your submission" in res["output"]
+
+    proc = _check(root)   # the image build stops here, before any student submits
+    assert proc.returncode == 1 and "misconfigured" in proc.stdout
 
     res = _run_autograder(root, python="/bin/false")   # nothing of the kit ever ran
     assert res["score"] == 0 and res["tests"] == []
