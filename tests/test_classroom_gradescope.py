@@ -12,7 +12,6 @@ setup.sh cannot run here (no network): it is checked by ``bash -n`` and read.
 import json
 import os
 import re
-import shutil
 import stat
 import subprocess
 import sys
