@@ -122,7 +122,9 @@ def test_setup_sh_installs_bubblewrap_a_cpu_torch_and_the_zipped_kit(packed):
     assert "gradescope_run --check" in commands[-1]
 
 
-def test_only_the_teachers_notebook_holds_solutions(packed):
+def test_no_solution_or_hidden_test_outside_the_teachers_notebook_and_the_kit(packed):
+    """The kit's wheel holds the quiz layer's references; a submission never sees it whole:
+    the grader installs it in the image and hands the sandbox the student kit (kit.py)."""
     source_text = packed["source"].read_text()
     for needle in SOLUTION_LINES + HIDDEN_TEST_LINES:
         assert needle in source_text     # the needles are real
