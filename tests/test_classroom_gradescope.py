@@ -6,7 +6,8 @@ runs there as Gradescope would run it, with this interpreter and checkout standi
 image's venv: an honest submission on time in the sandbox; a hostile one two days late (right
 answers, plus a cell that tries to forge results.json and read the teacher's notebook); wrong
 answers where bwrap is not on PATH (the fallback, said loudly) with a broken metadata file; and
-the runs that grade nothing (no submission, broken settings, a Python that does not start).
+the runs that grade nothing or nearly (no submission, an unreadable notebook, broken settings, a
+source naming an unknown question, a Python that does not start).
 setup.sh cannot run here (no network): it is checked by ``bash -n`` and read.
 """
 import json
@@ -308,7 +309,7 @@ def _check(root: Path, path=None):
                            "--check"], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_no_submission_still_writes_results_with_the_reason(packed):
+def test_no_submission_or_an_unreadable_one_still_writes_results_with_the_reason(packed):
     root = _tree(packed, "empty", None, _metadata(DUE))
     res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
     assert res["score"] == 0 and [t["score"] for t in res["tests"]] == [0, 0, 0]
@@ -317,8 +318,15 @@ def test_no_submission_still_writes_results_with_the_reason(packed):
     assert proc.returncode == 0 and "lab (lab.ipynb); settings read" in proc.stdout
     assert "sandbox: UNAVAILABLE here (bwrap is not installed" in proc.stdout
 
+    root = _tree(packed, "garbage", None, _metadata(DUE))
+    (root / "submission").mkdir()
+    (root / "submission" / "lab.ipynb").write_text("{not json")
+    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
+    assert res["score"] == 0 and [t["status"] for t in res["tests"]] == ["failed"] * 3
+    assert "could not read the notebook" in res["output"]
 
-def test_broken_settings_or_a_dead_python_still_write_results(packed):
+
+def test_broken_settings_a_broken_source_or_a_dead_python_still_write_results(packed):
     root = _tree(packed, "broken", M.answered(_student(), M.RIGHT), _metadata(DUE))
     (root / "source" / "gpumemlab-autograder.json").write_text('{"format": "x"}')
     res = _run_autograder(root)
@@ -329,6 +337,16 @@ def test_broken_settings_or_a_dead_python_still_write_results(packed):
 
     proc = _check(root)   # the image build stops here, before any student submits
     assert proc.returncode == 1 and "misconfigured" in proc.stdout
+
+    (root / "source" / "gpumemlab-autograder.json").write_text(
+        _members(packed)["gpumemlab-autograder.json"][0].decode())
+    teacher = root / "source" / "teacher" / "lab.ipynb"
+    teacher.write_text(teacher.read_text().replace("'02.6'", "'99.9'"))
+    res = _run_autograder(root)
+    assert res["score"] == 0 and res["tests"] == []
+    assert res["output"].startswith("The autograder's notebook lab.ipynb cannot be used: ")
+    assert "unknown question '99.9'" in res["output"]
+    assert _check(root).returncode == 1
 
     res = _run_autograder(root, python="/bin/false")   # nothing of the kit ever ran
     assert res["score"] == 0 and res["tests"] == []

@@ -50,8 +50,10 @@ def autograder_root() -> Path:
 
 def _settings(root: Path):
     """(config, source notebook), or _Refused."""
+    from .build import test_parts
     from .cells import NotebookFormatError, validate_source
     from .grade import read_notebook
+    from .judge import check_questions
 
     try:
         config = read_config(root / "source" / CONFIG_NAME)
@@ -61,6 +63,8 @@ def _settings(root: Path):
     try:
         source_nb = read_notebook(path)
         validate_source(source_nb)
+        check_questions([j for _, js in test_parts(source_nb).values() for j in js],
+                        "source notebook")
     except (NotebookFormatError, OSError, ValueError) as exc:
         raise _Refused(f"The autograder's notebook {config['notebook']} cannot be used: "
                        f"{exc}. {NOT_YOUR_FAULT}") from None
