@@ -106,7 +106,9 @@ def pull_link(hub: str, repo: str, path: str, branch: str = DEFAULT_BRANCH, app:
               "urlpath": APPS[app] + quote(f"{folder}/{path.lstrip('/')}", safe="/")}
     if target_path is not None:
         params["targetpath"] = folder
-    return f"{base}/hub/user-redirect/git-pull?" + urlencode(params, quote_via=quote, safe="")
+    # '/' and ':' may stay as they are in a query (RFC 3986), which keeps the link readable;
+    # everything else that is not plain is percent-encoded
+    return f"{base}/hub/user-redirect/git-pull?" + urlencode(params, quote_via=quote, safe="/:")
 
 
 def notebooks_dir(explicit=None, cwd=None) -> Path:
