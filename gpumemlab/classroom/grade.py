@@ -32,6 +32,7 @@ from pathlib import Path
 from . import isolation
 from .build import build_graded, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
+from .late import apply_late
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -61,6 +62,12 @@ class StudentResult:
     timestamp: str = ""
     notes: list = field(default_factory=list)
     isolated: bool = True
+    penalty: float = 0.0             # late penalty in points (``late``); score stays the raw score
+    late_text: str = ""              # one line on lateness for the feedback; "" when on time
+
+    @property
+    def final_score(self) -> float:
+        return max(self.score - self.penalty, 0.0)
 
 
 @dataclass
@@ -342,8 +349,9 @@ def _shown(student_id) -> str:
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None, sandbox=True, limits=None) -> list:
-    """Grade every submission in parallel; returns StudentResults sorted by student id."""
+              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None) -> list:
+    """Grade every submission in parallel; returns StudentResults sorted by student id.
+    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty)."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
     subs = find_submissions(Path(submissions), source_path.name)
@@ -357,6 +365,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
             futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
                                    timeout=timeout, keep=keep): sid
                        for sid, folder, nbp in subs}
+            notebooks = {sid: nbp for sid, _, nbp in subs}
             for done, fut in enumerate(as_completed(futures), 1):
                 sid = futures[fut]
                 try:
@@ -370,10 +379,11 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                     res = StudentResult(sid, [], 0.0, max_score, 0.0, isolated=sandbox,
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
-                results.append(res)
+                results.append(apply_late(res, late, notebooks[sid]))
                 if progress is not None:
-                    print(f"[{done}/{n}] {_shown(sid)}: {res.score:g}/{res.max_score:g} "
-                          f"in {res.seconds:.1f} s", file=progress, flush=True)
+                    late_note = f" (late: -{res.penalty:g})" if res.penalty else ""
+                    print(f"[{done}/{n}] {_shown(sid)}: {res.final_score:g}/{res.max_score:g}"
+                          f"{late_note} in {res.seconds:.1f} s", file=progress, flush=True)
     finally:
         run.close()
     return sorted(results, key=lambda r: os.fsencode(r.student_id))

@@ -34,7 +34,18 @@ def register(subparsers) -> None:
                         "(default: feedback/ beside the CSV)")
     g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
                    "name)")
-    g.add_argument("--duedate", default="", help="due date written to the CSV")
+    g.add_argument("--duedate", default=None,
+                   help="due date, ISO 8601 (2026-12-01T17:00+01:00; a date alone is the end "
+                        "of that day, a time without a zone is UTC); default: the source's "
+                        "metadata.gpumemlab.late.due")
+    g.add_argument("--late-per-day", default=None, metavar="FRACTION",
+                   help="late penalty per started day past the due date: 0.1 or 10%% of the "
+                        "maximum score (default 0: lateness is reported, not penalised)")
+    g.add_argument("--late-cap", default=None, metavar="FRACTION",
+                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
+    g.add_argument("--grace", default=None, metavar="DURATION",
+                   help="submissions this long after the due date count as on time: 15m, 2h, "
+                        "1d (default 0)")
     g.add_argument("--roster", type=Path, default=None,
                    help="CSV with id,first_name,last_name,email")
     g.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
@@ -96,17 +107,22 @@ def _grade(args) -> int:
         roster = read_roster(args.roster)
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
+    policy = _late_policy(args)
     try:
         limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
-                            progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits)
+                            progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
+                            late=policy)
     except NotebookFormatError as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
         raise _error(str(exc)) from None
     assignment = args.assignment or args.source.stem
-    write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
+    from gpumemlab.classroom.late import format_time
+
+    write_csv(results, args.out, assignment=assignment,
+              duedate=format_time(policy.due) if policy else "", roster=roster)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
@@ -126,6 +142,32 @@ def _grade(args) -> int:
         n = sum(r["issued"] == "yes" for r in rows)
         print(f"issued {n} certificate{'s' * (n != 1)} in {out}")
     return 0
+
+
+def _late_policy(args):
+    """The late policy from the source's metadata, overridden by the command line; checked
+    before anything is graded."""
+    from gpumemlab.classroom.late import policy_from_args, policy_from_metadata
+
+    try:
+        import nbformat
+
+        meta = nbformat.read(str(args.source), as_version=4).metadata
+        late = policy_from_metadata(meta)
+    except ValueError as exc:
+        raise _error(f"{args.source}: {exc}") from None
+    except Exception:   # the grading run reports an unreadable source in its own words
+        late = {}
+    given = {"due": args.duedate, "per_day": args.late_per_day, "cap": args.late_cap,
+             "grace": args.grace}
+    late.update({k: v for k, v in given.items() if v is not None})
+    try:
+        policy = policy_from_args(**late)
+    except ValueError as exc:
+        raise _error(str(exc)) from None
+    if policy is not None:
+        print(f"late policy: {policy.describe()}", file=sys.stderr)
+    return policy
 
 
 def _certificate_checks(args):
