@@ -119,3 +119,20 @@ def test_a_notebooks_folder_given_is_the_one_read(tmp_path):
     assert [(item.lesson, item.notebook) for item in links] == [("07", "07_mine.ipynb")]
     with pytest.raises(LinkError, match="the lessons are 07"):
         lesson_links(HUB, REPO, lessons=["01"], notebooks=tmp_path)
+
+
+def test_the_jupyter_servers_own_query_parser_reads_the_same_values():
+    """nbgitpuller reads its parameters with tornado's get_argument, which parses the query with
+    tornado.httputil.parse_qs_bytes: the links must read the same there."""
+    httputil = pytest.importorskip("tornado.httputil")
+    url = pull_link("https://example.edu/jupyter", "https://git.example.edu/a%20b&c.git",
+                    "notebooks/02_fragmentation.ipynb", branch="x+y")
+    args = {k: [v.decode() for v in vs]
+            for k, vs in httputil.parse_qs_bytes(urlsplit(url).query).items()}
+    # the clone folder is "a%20b&c.git", written as a URL path on the user's server
+    assert args == {"repo": ["https://git.example.edu/a%20b&c.git"], "branch": ["x+y"],
+                    "urlpath": ["lab/tree/a%2520b%26c.git/notebooks/02_fragmentation.ipynb"]}
+    url = pull_link(HUB, REPO, "notebooks/02_fragmentation.ipynb", target_path="course-1/gml")
+    args = httputil.parse_qs_bytes(urlsplit(url).query)
+    assert args["targetpath"] == [b"course-1/gml"]
+    assert args["urlpath"] == [b"lab/tree/course-1/gml/notebooks/02_fragmentation.ipynb"]

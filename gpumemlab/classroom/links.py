@@ -88,8 +88,8 @@ def clone_dir(repo: str, target_path: str | None = None) -> str:
     parts = target_path.strip("/").split("/")
     if (target_path.startswith("/") or _CONTROL_OR_SPACE.search(target_path)
             or any(p in ("", ".", "..") for p in parts)):
-        raise LinkError(f"--target-path must be a relative folder without '..', got "
-                        f"{target_path!r}")
+        raise LinkError(f"--target-path must be a relative folder without '..' or spaces, "
+                        f"got {target_path!r}")
     return "/".join(parts)
 
 
