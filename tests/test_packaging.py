@@ -54,8 +54,8 @@ def test_environment_takes_torch_from_the_cpu_index():
     before it installs the checkout (and torch with it), or it downloads a CUDA build of GBs."""
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
-    index = [i for i, line in enumerate(pip)
-             if re.fullmatch(r"--extra-index-url[ =]https://download\.pytorch\.org/whl/cpu/?", line)]
+    cpu_index = r"--extra-index-url[ =]https://download\.pytorch\.org/whl/cpu/?"
+    index = [i for i, line in enumerate(pip) if re.fullmatch(cpu_index, line)]
     install = [i for i, line in enumerate(pip) if line.startswith("-e ")]
     assert index and install and index[0] < install[0], pip
 

@@ -124,7 +124,8 @@ def notebooks_dir(explicit=None, cwd=None) -> Path:
         if folder.is_dir() and any(folder.glob(LESSON_GLOB)):
             return folder
     looked = " or ".join(str(c) for c in dict.fromkeys(candidates))
-    hint = "" if explicit is not None else ": run this in a gpumemlab checkout or pass --notebooks DIR"
+    hint = ("" if explicit is not None
+            else ": run this in a gpumemlab checkout or pass --notebooks DIR")
     raise LinkError(f"no lesson notebooks (NN_topic.ipynb) in {looked}{hint}")
 
 
