@@ -349,12 +349,14 @@ def _shown(student_id) -> str:
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None) -> list:
+              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None,
+              assignment=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id.
-    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty)."""
+    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty);
+    ``assignment``: read ``<student>/<assignment>/`` where a student has that folder."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    subs = find_submissions(Path(submissions), source_path.name)
+    subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
     run.judges.prestart(min(max(1, workers), len(subs)))

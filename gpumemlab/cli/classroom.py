@@ -33,7 +33,8 @@ def register(subparsers) -> None:
                    help="folder for per-student results.json and feedback.txt "
                         "(default: feedback/ beside the CSV)")
     g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
-                   "name)")
+                   "name); where SUBMISSIONS/<student>/<assignment>/ exists (nbgrader's "
+                   "layout), only that folder is graded")
     g.add_argument("--duedate", default=None,
                    help="due date, ISO 8601 (2026-12-01T17:00+01:00; a date alone is the end "
                         "of that day, a time without a zone is UTC); default: the source's "
@@ -113,7 +114,7 @@ def _grade(args) -> int:
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
                             progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
-                            late=policy)
+                            late=policy, assignment=args.assignment)
     except NotebookFormatError as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
