@@ -1,7 +1,7 @@
 """``gpumemlab assign`` and ``gpumemlab grade``: the classroom commands (nbgrader conventions).
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
-    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
+    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv   # + items.csv beside
     gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
@@ -107,6 +107,7 @@ def _grade(args) -> int:
         raise _error(str(exc)) from None
     assignment = args.assignment or args.source.stem
     write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
+    _write_items(results, args.out, assignment)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
@@ -126,6 +127,15 @@ def _grade(args) -> int:
         n = sum(r["issued"] == "yes" for r in rows)
         print(f"issued {n} certificate{'s' * (n != 1)} in {out}")
     return 0
+
+
+def _write_items(results, out, assignment):
+    """items.csv beside the grades: each student's score and answer per question."""
+    from gpumemlab.classroom.items import write_items
+
+    path = out.with_name("items.csv")
+    write_items(results, path, assignment=assignment)
+    print(f"per-question results (for gpumemlab stats): {path}")
 
 
 def _certificate_checks(args):
