@@ -18,6 +18,7 @@ from .reports import cell_text
 
 CSV_COLUMNS = ["item", "n_students", "missing", "max_score", "mean_score", "difficulty",
                "discrimination", "common_wrong_answers", "warnings"]
+TEXT_COLUMNS = {"item", "common_wrong_answers", "warnings"}   # the rest are numbers or UNDEFINED
 UNDEFINED = "undefined"
 
 
@@ -25,12 +26,12 @@ def _clean(text, limit=None) -> str:
     return clean_text(str(text), limit=limit, keep_newlines=False)
 
 
-def _difficulty(st) -> str:
-    return UNDEFINED if st.difficulty is None else f"{st.difficulty:.2f}"
+def _difficulty(st, digits=2) -> str:
+    return UNDEFINED if st.difficulty is None else f"{st.difficulty:.{digits}f}"
 
 
-def _discrimination(st) -> str:
-    return UNDEFINED if st.discrimination is None else f"{st.discrimination:.2f}"
+def _discrimination(st, digits=2) -> str:
+    return UNDEFINED if st.discrimination is None else f"{st.discrimination:.{digits}f}"
 
 
 def _wrong(st) -> str:
@@ -38,9 +39,9 @@ def _wrong(st) -> str:
 
 
 def _rows(stats):
-    """[(cells)] in CSV_COLUMNS' order, all text."""
+    """[(cells)] in CSV_COLUMNS' order, all text (3 decimals: the table's 2 and more)."""
     return [[_clean(st.item), str(st.n), str(st.missing), f"{st.max_score:g}",
-             f"{st.mean_score:.3g}", _difficulty(st), _discrimination(st), _wrong(st),
+             f"{st.mean_score:.4g}", _difficulty(st, 3), _discrimination(st, 3), _wrong(st),
              "; ".join(st.warnings)] for st in stats.items]
 
 
@@ -48,8 +49,9 @@ def csv_text(stats) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    for row in _rows(stats):
-        writer.writerow([cell_text(c) for c in row])
+    text = [c in TEXT_COLUMNS for c in CSV_COLUMNS]
+    for row in _rows(stats):   # numbers as they are (a negative r is a number, not a formula)
+        writer.writerow([cell_text(c) if t else c for c, t in zip(row, text)])
     return out.getvalue()
 
 
