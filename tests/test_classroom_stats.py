@@ -14,6 +14,7 @@ from gpumemlab.cli import main
 from gpumemlab.classroom.answers import answer_text, short_json
 from gpumemlab.classroom.item_stats import Response, item_stats, pearson
 from gpumemlab.classroom.items import items_text
+from gpumemlab.classroom.stats_plot import plot_png
 
 # A hand-built class: 8 students, 4 questions worth 1 point, a 2-point one with partial credit.
 STUDENTS = ["ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"]
@@ -226,6 +227,24 @@ def test_stats_round_trip_writes_csv_and_html(tmp_path, capsys):
     page = (out / "stats.html").read_text()
     png = base64.b64decode(re.search(r"data:image/png;base64,([A-Za-z0-9+/=]+)", page)[1])
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert red_pixels(png) > red_pixels(plot_png(quiet(expected))) + 50   # q1, q4 red
+
+
+def red_pixels(png: bytes) -> int:
+    import io
+
+    from matplotlib.image import imread
+    pixels = imread(io.BytesIO(png), format="png")
+    assert pixels.shape[0] > 300 and pixels.shape[1] > 500
+    return int(((pixels[..., 0] > 0.7) & (pixels[..., 1] < 0.3) & (pixels[..., 2] < 0.3)).sum())
+
+
+def quiet(by_name):
+    """The same statistics with no warnings: every defined item drawn blue."""
+    import dataclasses
+
+    from gpumemlab.classroom.item_stats import ClassStats
+    return ClassStats([dataclasses.replace(st, warnings=[]) for st in by_name.values()], 8)
     text = page.replace(re.search(r"base64,([A-Za-z0-9+/=]+)", page)[1], "")
     assert "<script" not in text and "http" not in text and "nan" not in text.lower()
 
@@ -260,6 +279,20 @@ def test_grades_alone_makes_the_assignments_the_items(tmp_path):
         assert float(rows[a]["difficulty"]) == pytest.approx(sum(vs) / 25, abs=0.0005)
         r = statistics.correlation(vs, [t - v for t, v in zip(totals, vs)])
         assert float(rows[a]["discrimination"]) == pytest.approx(r, abs=0.0005)
+
+
+def test_items_of_several_assignments_are_named_with_their_assignment(tmp_path):
+    (tmp_path / "grades.csv").write_text("assignment,student_id,raw_score,max_score\n"
+                                         "lab1,a,1,2\nlab1,b,2,2\nlab2,a,0,1\nlab2,b,1,1\n")
+    (tmp_path / "items.csv").write_text(
+        "assignment,student_id,question,score,max_score,answer\n"
+        "lab1,a,q,1,1,\nlab1,a,r,0,1,5\nlab1,b,q,1,1,\nlab1,b,r,1,1,\n"
+        "lab2,a,q,0,1,7\nlab2,b,q,1,1,\n")
+    assert main(["stats", str(tmp_path / "grades.csv")]) == 0
+    rows = {r["item"]: r for r in csv.DictReader((tmp_path / "stats.csv").open())}
+    assert list(rows) == ["lab1/q", "lab1/r", "lab2/q"]
+    assert rows["lab2/q"]["common_wrong_answers"] == "7 (x1)"
+    assert rows["lab1/q"]["warnings"].startswith("everyone got it right")
 
 
 def _one_error(capsys):

@@ -5,7 +5,8 @@ x runs from 0 (no one got it) to 1 (everyone did); y is the corrected item-total
 from -1 to 1, with a red line at 0 (below it: stronger students did worse) and a dotted one at
 ``item_stats.WEAK``. An item whose discrimination is undefined cannot sit on that scale: it is
 drawn as a grey cross on a separate "undefined" strip under it. Items at the same place share one
-label. Matplotlib's Agg canvas only, no pyplot and no display; labels are plain text (no
+label; an item worth no points has no share right and is left out (the title counts the items
+drawn). Matplotlib's Agg canvas only, no pyplot and no display; labels are plain text (no
 mathtext, so a ``$`` in a question name is shown as it is).
 """
 from __future__ import annotations
@@ -55,7 +56,9 @@ def plot_png(stats) -> bytes:
     ax.set_yticklabels(["undefined", "-1", "-0.5", "0", f"{WEAK:g}", "0.5", "1"])
     ax.set_xlabel("difficulty: share right (mean score / max score)")
     ax.set_ylabel("discrimination: r with the rest of the score")
-    ax.set_title(f"{len(stats.items)} items, {stats.n_students} students. Blue: no warning; "
+    shown = sum(st.difficulty is not None for st in stats.items)
+    count = f"{shown} of {len(stats.items)}" if shown < len(stats.items) else f"{shown}"
+    ax.set_title(f"{count} items, {stats.n_students} students. Blue: no warning; "
                  "red: a warning; grey cross: discrimination undefined", fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
