@@ -55,7 +55,7 @@ class SandboxUnavailable(RuntimeError):
 @dataclass
 class StudentResult:
     student_id: str
-    tests: list                      # [{name, score, max_score, output, status, inside_only}]
+    tests: list          # [{name, score, max_score, output, status, inside_only, answer}]
     score: float
     max_score: float
     seconds: float
@@ -242,6 +242,7 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
 
 
 def _judge_rows(run, state, requests, student_id, paths) -> list:
+    from .answers import answer_text
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
@@ -256,6 +257,7 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
             output = str(got.get("output") or "the test's checks failed")[:OUTPUT_LIMIT]
         else:
             output = ""
+        replies = None
         if passed and judges:
             replies = _decode(got.get("answers"), ANSWERS_LIMIT)
             if isinstance(replies, dict):   # the executor found the answers too large
@@ -269,7 +271,8 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
                     break
         rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
                      "status": "passed" if passed else "failed",
-                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges})
+                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges,
+                     "answer": answer_text(requests[gid], replies)})
     return rows
 
 

@@ -1,7 +1,7 @@
 """``gpumemlab assign`` and ``gpumemlab grade``: the classroom commands (nbgrader conventions).
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
-    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
+    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv   # + items.csv beside
     gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
@@ -108,6 +108,8 @@ def _grade(args) -> int:
         roster = read_roster(args.roster)
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
+    if args.out.name == "items.csv":
+        raise _error("--out may not be named items.csv: the per-question results go there")
     policy = _late_policy(args)
     try:
         limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
@@ -124,6 +126,7 @@ def _grade(args) -> int:
 
     write_csv(results, args.out, assignment=assignment,
               duedate=format_time(policy.due) if policy else "", roster=roster)
+    _write_items(results, args.out, assignment)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
@@ -169,6 +172,15 @@ def _late_policy(args):
     if policy is not None:
         print(f"late policy: {policy.describe()}", file=sys.stderr)
     return policy
+
+
+def _write_items(results, out, assignment):
+    """items.csv beside the grades: each student's score and answer per question."""
+    from gpumemlab.classroom.items import write_items
+
+    path = out.with_name("items.csv")
+    write_items(results, path, assignment=assignment)
+    print(f"per-question results (for gpumemlab stats): {path}")
 
 
 def _certificate_checks(args):
