@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import isolation
-from .build import build_graded, test_parts, tests_of
+from .build import build_graded, student_answers, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
@@ -61,6 +61,7 @@ class StudentResult:
     timestamp: str = ""
     notes: list = field(default_factory=list)
     isolated: bool = True
+    answers: dict = field(default_factory=dict)   # grade_id -> the student's text, cleaned
 
 
 @dataclass
@@ -134,7 +135,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
               keep=None) -> StudentResult:
     """Grade one submission; never raises for anything the submission does."""
     started = time.monotonic()
-    notes, student_nb, state, timestamp = [], None, {}, ""
+    notes, student_nb, state, timestamp, answers = [], None, {}, "", {}
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
@@ -153,6 +154,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             home.mkdir()
         timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
+        answers = student_answers(run.source_nb, student_nb)
         if student_nb is None:   # nothing to run: every test fails, no kernel needed
             raise _NothingToRun
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
@@ -201,7 +203,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         notes.insert(0, NOT_ISOLATED)
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
-                         timestamp, notes, isolated=inside)
+                         timestamp, notes, isolated=inside, answers=answers)
 
 
 def _read_student(home, folder, notebook, notes, paths):
