@@ -8,7 +8,7 @@ JSON only: the answers the judges asked for and the verdicts of the checks that 
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
-``results.json`` and a readable ``feedback.txt`` (``reports``).
+``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
 Submission layout: ``SUBMISSIONS/<student_id>/.../<notebook>.ipynb`` (nbgrader's
 ``submitted/<student>/<assignment>/`` works), with an optional ``timestamp.txt`` beside it.
