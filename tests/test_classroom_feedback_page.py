@@ -222,6 +222,8 @@ def test_grade_writes_the_page_with_the_students_own_answers(tmp_path):
                    "reserved_mib = 20", "assert round_size(1) == 512"):
         assert secret not in html.unescape(wrong), secret
     eve = (tmp_path / "out" / "feedback" / "eve" / "feedback.html").read_text()
-    assert "Score: <b>4</b> / 5" in eve and "RuntimeError" in eve
+    assert "Score: <b>4</b> / 5" in eve and eve.count(">FAIL</span>") == 1
+    # the failed test's output: the answer cell raised, so the test found no reserved_mib
+    assert "NameError: name &#x27;reserved_mib&#x27; is not defined" in eve
     assert "<script" not in eve and html.escape(INJECT.replace("'", '"')) in eve
     assert set(parse(eve).tags) <= ALLOWED_TAGS
