@@ -162,14 +162,6 @@ def test_answers_are_the_students_own_never_the_source():
             assert secret not in page, secret
 
 
-def test_answer_text_is_cleaned_and_capped():
-    source, student = fixture_notebooks()
-    nb = M.answered(student, {"reserved-answer": "x = '\u202e'\n" + "y" * 50_000})
-    text = student_answers(source, nb)["reserved-answer"]
-    assert "\u202e" not in text and "\\u202e" in text
-    assert len(text) < 21_000 and text.endswith("more characters cut]")
-
-
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 
 
@@ -207,9 +199,11 @@ def test_grade_writes_the_page_with_the_students_own_answers(tmp_path):
 
     _, student = fixture_notebooks()
     subs = tmp_path / "submitted"
-    for sid, answers in (("wrong", M.WRONG),
-                         ("eve", {**M.RIGHT, "reserved-answer": "raise RuntimeError('"
-                                  + INJECT.replace("'", '"') + "')"})):
+    teacher = str(M.SOURCE.parent)   # a folder of the grader's: shown as <teacher>
+    script = INJECT.replace("'", '"')
+    eve = {**M.RIGHT, "reserved-answer": f"raise RuntimeError('{script}')\n"
+           f"# \u202e {teacher}/lab.ipynb\n# " + "y" * 30_000}
+    for sid, answers in (("wrong", M.WRONG), ("eve", eve)):
         (subs / sid).mkdir(parents=True)
         nbformat.write(M.answered(student, answers), str(subs / sid / "lab.ipynb"))
     out = tmp_path / "out" / "grades.csv"
@@ -225,5 +219,9 @@ def test_grade_writes_the_page_with_the_students_own_answers(tmp_path):
     assert "Score: <b>4</b> / 5" in eve and eve.count(">FAIL</span>") == 1
     # the failed test's output: the answer cell raised, so the test found no reserved_mib
     assert "NameError: name &#x27;reserved_mib&#x27; is not defined" in eve
-    assert "<script" not in eve and html.escape(INJECT.replace("'", '"')) in eve
+    assert "<script" not in eve and html.escape(script) in eve
+    # the student's answer: scrubbed of the grader's paths, cleaned, cut at 20,000 characters
+    assert "# \\u202e &lt;teacher&gt;/lab.ipynb" in eve and teacher not in eve
+    assert "\u202e" not in eve and "y" * 19_000 in eve and "y" * 20_001 not in eve
+    assert "more characters cut]" in eve
     assert set(parse(eve).tags) <= ALLOWED_TAGS

@@ -17,7 +17,6 @@ from . import cells as C
 from .sandbox import pass_token, startup_source, wrapper_source
 
 ROLE = "gpumemlab_grader"
-ANSWER_LIMIT = 20_000   # characters of one answer shown back in the feedback
 
 
 def source_ids(nb) -> list:
@@ -84,13 +83,10 @@ def _student_parts(source_nb, student_nb):
     return answers, extras
 
 
-def student_answers(source_nb, student_nb, limit=ANSWER_LIMIT) -> dict:
-    """{grade_id: text} of the answer cells as the student handed them in, for their
-    feedback: cleaned (``cleantext``) and capped; never the source's solution or stub."""
-    from gpumemlab.cleantext import clean_text
-
-    return {gid: clean_text(text, limit=limit)
-            for gid, text in _student_parts(source_nb, student_nb)[0].items()}
+def student_answers(source_nb, student_nb) -> dict:
+    """{grade_id: text} of the answer cells as the student handed them in (raw: the grader
+    scrubs and caps them for the feedback); never the source's solution or stub."""
+    return _student_parts(source_nb, student_nb)[0]
 
 
 def _code_cell(source, role, **info):

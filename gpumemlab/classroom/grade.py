@@ -39,6 +39,7 @@ RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
+ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
 LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
           "open_files": 256}
 
@@ -154,7 +155,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             home.mkdir()
         timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
-        answers = student_answers(run.source_nb, student_nb)
+        answers = {gid: _scrub(text, paths, ANSWER_LIMIT)   # shown back in feedback.html
+                   for gid, text in student_answers(run.source_nb, student_nb).items()}
         if student_nb is None:   # nothing to run: every test fails, no kernel needed
             raise _NothingToRun
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
