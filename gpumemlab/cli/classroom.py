@@ -30,8 +30,8 @@ def register(subparsers) -> None:
     g.add_argument("--source", type=Path, required=True, help="instructor notebook")
     g.add_argument("--out", type=Path, default=Path("grades.csv"), help="grades CSV path")
     g.add_argument("--feedback", type=Path, default=None,
-                   help="folder for per-student results.json and feedback.txt "
-                        "(default: feedback/ beside the CSV)")
+                   help="folder for per-student results.json, feedback.txt and "
+                        "feedback.html (default: feedback/ beside the CSV)")
     g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
                    "name); where SUBMISSIONS/<student>/<assignment>/ exists (nbgrader's "
                    "layout), only that folder is graded")
