@@ -8,7 +8,7 @@ JSON only: the answers the judges asked for and the verdicts of the checks that 
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
-``results.json`` and a readable ``feedback.txt`` (``reports``).
+``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
 Submission layout: ``SUBMISSIONS/<student_id>/.../<notebook>.ipynb`` (nbgrader's
 ``submitted/<student>/<assignment>/`` works), with an optional ``timestamp.txt`` beside it.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import isolation
-from .build import build_graded, test_parts, tests_of
+from .build import build_graded, student_answers, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
 
@@ -40,6 +40,7 @@ RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
+ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
 LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
           "open_files": 256}
 
@@ -55,7 +56,7 @@ class SandboxUnavailable(RuntimeError):
 @dataclass
 class StudentResult:
     student_id: str
-    tests: list                      # [{name, score, max_score, output, status, inside_only}]
+    tests: list          # [{name, score, max_score, output, status, inside_only, answer}]
     score: float
     max_score: float
     seconds: float
@@ -64,6 +65,7 @@ class StudentResult:
     isolated: bool = True
     penalty: float = 0.0             # late penalty in points (``late``); score stays the raw score
     late_text: str = ""              # one line on lateness for the feedback; "" when on time
+    answers: dict = field(default_factory=dict)   # grade_id -> the student's text, cleaned
 
     @property
     def final_score(self) -> float:
@@ -141,7 +143,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
               keep=None) -> StudentResult:
     """Grade one submission; never raises for anything the submission does."""
     started = time.monotonic()
-    notes, student_nb, state, timestamp = [], None, {}, ""
+    notes, student_nb, state, timestamp, answers = [], None, {}, "", {}
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
@@ -160,6 +162,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             home.mkdir()
         timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
+        answers = {gid: _scrub(text, paths, ANSWER_LIMIT)   # shown back in feedback.html
+                   for gid, text in student_answers(run.source_nb, student_nb).items()}
         if student_nb is None:   # nothing to run: every test fails, no kernel needed
             raise _NothingToRun
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
@@ -208,7 +212,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         notes.insert(0, NOT_ISOLATED)
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
-                         timestamp, notes, isolated=inside)
+                         timestamp, notes, isolated=inside, answers=answers)
 
 
 def _read_student(home, folder, notebook, notes, paths):
@@ -242,6 +246,7 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
 
 
 def _judge_rows(run, state, requests, student_id, paths) -> list:
+    from .answers import answer_text
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
@@ -256,6 +261,7 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
             output = str(got.get("output") or "the test's checks failed")[:OUTPUT_LIMIT]
         else:
             output = ""
+        replies = None
         if passed and judges:
             replies = _decode(got.get("answers"), ANSWERS_LIMIT)
             if isinstance(replies, dict):   # the executor found the answers too large
@@ -269,7 +275,8 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
                     break
         rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
                      "status": "passed" if passed else "failed",
-                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges})
+                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges,
+                     "answer": answer_text(requests[gid], replies)})
     return rows
 
 
@@ -349,12 +356,14 @@ def _shown(student_id) -> str:
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None) -> list:
+              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None,
+              assignment=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id.
-    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty)."""
+    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty);
+    ``assignment``: read ``<student>/<assignment>/`` where a student has that folder."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    subs = find_submissions(Path(submissions), source_path.name)
+    subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
     run.judges.prestart(min(max(1, workers), len(subs)))

@@ -7,6 +7,8 @@
   (``score``, ``execution_time``, ``output``, ``tests[]`` with ``name``, ``score``, ``max_score``,
   ``status``, ``output``).
 * ``<feedback>/<student>/feedback.txt``: the same, readable.
+* ``<feedback>/<student>/feedback.html``: the same as one self-contained page, with the
+  student's own answers (``feedback_page``).
 
 Names and emails come from an optional roster CSV with nbgrader's columns
 ``id,first_name,last_name,email``.
@@ -28,6 +30,7 @@ import json
 from pathlib import Path
 
 from gpumemlab.cleantext import clean_text
+from .feedback_page import feedback_page
 from .grade import CSV_COLUMNS, INSIDE_ONLY
 from .intake import display_id, safe_name
 
@@ -115,12 +118,14 @@ def write_feedback(results, folder, *, assignment: str) -> list:
     folder = Path(folder)
     failed = []
     for r in results:
-        try:
+        try:   # every file rendered before any is written: no student gets half a set
+            files = {"results.json": json.dumps(gradescope(r), indent=1),
+                     "feedback.txt": feedback_text(r, assignment),
+                     "feedback.html": feedback_page(r, assignment, limit=FEEDBACK_LIMIT)}
             d = folder / safe_name(r.student_id)
             d.mkdir(parents=True, exist_ok=True)
-            (d / "results.json").write_text(json.dumps(gradescope(r), indent=1),
-                                            encoding="utf-8")
-            (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")
+            for name, text in files.items():
+                (d / name).write_text(text, encoding="utf-8")
         except Exception as exc:   # one student's files must not stop the others'
             failed.append((r.student_id, clean_text(f"{type(exc).__name__}: {exc}", limit=200,
                                                     keep_newlines=False)))

@@ -1,7 +1,7 @@
 """``gpumemlab assign`` and ``gpumemlab grade``: the classroom commands (nbgrader conventions).
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
-    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv
+    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv   # + items.csv beside
     gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
@@ -30,10 +30,11 @@ def register(subparsers) -> None:
     g.add_argument("--source", type=Path, required=True, help="instructor notebook")
     g.add_argument("--out", type=Path, default=Path("grades.csv"), help="grades CSV path")
     g.add_argument("--feedback", type=Path, default=None,
-                   help="folder for per-student results.json and feedback.txt "
-                        "(default: feedback/ beside the CSV)")
+                   help="folder for per-student results.json, feedback.txt and "
+                        "feedback.html (default: feedback/ beside the CSV)")
     g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
-                   "name)")
+                   "name); where SUBMISSIONS/<student>/<assignment>/ exists (nbgrader's "
+                   "layout), only that folder is graded")
     g.add_argument("--duedate", default=None,
                    help="due date, ISO 8601 (2026-12-01T17:00+01:00; a date alone is the end "
                         "of that day, a time without a zone is UTC); default: the source's "
@@ -107,13 +108,15 @@ def _grade(args) -> int:
         roster = read_roster(args.roster)
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
+    if args.out.name == "items.csv":
+        raise _error("--out may not be named items.csv: the per-question results go there")
     policy = _late_policy(args)
     try:
         limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
                             progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
-                            late=policy)
+                            late=policy, assignment=args.assignment)
     except NotebookFormatError as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
@@ -123,6 +126,7 @@ def _grade(args) -> int:
 
     write_csv(results, args.out, assignment=assignment,
               duedate=format_time(policy.due) if policy else "", roster=roster)
+    _write_items(results, args.out, assignment)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
@@ -168,6 +172,15 @@ def _late_policy(args):
     if policy is not None:
         print(f"late policy: {policy.describe()}", file=sys.stderr)
     return policy
+
+
+def _write_items(results, out, assignment):
+    """items.csv beside the grades: each student's score and answer per question."""
+    from gpumemlab.classroom.items import write_items
+
+    path = out.with_name("items.csv")
+    write_items(results, path, assignment=assignment)
+    print(f"per-question results (for gpumemlab stats): {path}")
 
 
 def _certificate_checks(args):
