@@ -73,6 +73,7 @@ class GradingRun:
     deny_roots: list
     limits: dict
     judges: object = None            # judging.JudgePool: answers judged in limited children
+    variants: dict = field(default_factory=dict)   # variant question id -> template or None
 
     def close(self):
         if self.judges is not None:
@@ -86,9 +87,12 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     from .judge import check_questions, withheld_modules
     from .kit import prepare_kit
 
+    from .variants import variant_templates
+
     validate_source(source_nb)
     parts = test_parts(source_nb)
-    judges = [j for _, js in parts.values() for j in js]
+    variants = variant_templates(source_nb)
+    judges = [j for _, js in parts.values() for j in js if variants.get(j.question) is None]
     check_questions(judges, "source notebook")
     if sandbox:
         reason = isolation.unavailable_reason()
@@ -105,7 +109,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     from .judging import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
-                      JudgePool())
+                      JudgePool(), variants)
 
 
 def read_notebook(path):
@@ -131,8 +135,12 @@ def _scrub(text, paths, limit=500) -> str:
 
 
 def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
-              keep=None) -> StudentResult:
-    """Grade one submission; never raises for anything the submission does."""
+              keep=None, variant_seed=None) -> StudentResult:
+    """Grade one submission; never raises for anything the submission does. ``variant_seed``
+    (``variants.student_seed``) picks the variants the student was shown; it stays here, with
+    the judges, and never enters the sandbox."""
+    if run.variants and variant_seed is None:
+        raise ValueError("a source with variant questions needs each student's variant seed")
     started = time.monotonic()
     notes, student_nb, state, timestamp = [], None, {}, ""
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
@@ -144,7 +152,9 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     rng = random.Random(secrets.randbits(64))
     from .judge import plan
 
-    requests = {gid: [plan(j, rng) for j in judges] for gid, (_, judges) in run.parts.items()}
+    templates = {q for q, t in run.variants.items() if t is not None}
+    requests = {gid: [plan(j, rng, templates) for j in judges]
+                for gid, (_, judges) in run.parts.items()}
     try:
         io.mkdir()
         if folder is not None:
@@ -186,7 +196,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
                             symlinks=True)
         shutil.rmtree(base, ignore_errors=True)
-    rows = _judge_rows(run, state, requests, student_id, paths)
+    rows = _judge_rows(run, state, requests, student_id, paths, variant_seed)
     from .runner import MAX_RESTARTS
 
     events = state.get("events") if isinstance(state.get("events"), list) else []
@@ -234,7 +244,7 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
         return None
 
 
-def _judge_rows(run, state, requests, student_id, paths) -> list:
+def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
@@ -256,7 +266,12 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
                                                   f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                ok, message = run.judges.judge(request, reply, student_id)
+                seed = student_id
+                if request["question"] in run.variants:   # the variant the student was shown
+                    seed = variant_seed
+                    if run.variants[request["question"]] is not None:
+                        request = dict(request, template=run.variants[request["question"]])
+                ok, message = run.judges.judge(request, reply, seed, who=student_id)
                 if not ok:
                     passed, output = False, message
                     break
@@ -342,10 +357,21 @@ def _shown(student_id) -> str:
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None, sandbox=True, limits=None) -> list:
-    """Grade every submission in parallel; returns StudentResults sorted by student id."""
+              progress=sys.stderr, keep=None, sandbox=True, limits=None, secret=None,
+              assignment=None) -> list:
+    """Grade every submission in parallel; returns StudentResults sorted by student id.
+    A source with variant questions needs the course ``secret`` (bytes) and the ``assignment``
+    name ``gpumemlab assign`` used (default: the notebook's name)."""
+    from .variants import VariantError, student_seed, variant_questions
+
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
+    variants = variant_questions(source_nb)
+    if variants and secret is None:
+        raise VariantError(f"{source_path.name} has per-student variant questions "
+                           f"({', '.join(variants)}): grade with --secret FILE, the course "
+                           f"secret gpumemlab assign used")
+    assignment = assignment or source_path.stem
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
@@ -355,7 +381,9 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
-                                   timeout=timeout, keep=keep): sid
+                                   timeout=timeout, keep=keep,
+                                   variant_seed=student_seed(secret, assignment, sid)
+                                   if variants else None): sid
                        for sid, folder, nbp in subs}
             for done, fut in enumerate(as_completed(futures), 1):
                 sid = futures[fut]

@@ -118,9 +118,12 @@ def withheld_modules(judges) -> set:
     return out
 
 
-def plan(judge: Judge, rng: random.Random) -> dict:
-    """What the sandbox must send back for one judge (probes: argument lists, or None)."""
+def plan(judge: Judge, rng: random.Random, templates=()) -> dict:
+    """What the sandbox must send back for one judge (probes: argument lists, or None).
+    ``templates``: the ids of the notebook's own predict questions (``variants``)."""
     request = {"question": judge.question, "name": judge.name, "probes": None}
+    if judge.question in templates:
+        return request
     if judge.kind == "exercise":   # plain data, or a function of no arguments returning it
         request["kind"], request["call_if_callable"] = "exercise", True
         return request
@@ -142,7 +145,9 @@ def _short(text: str) -> str:
 
 def verdict(request: dict, reply, seed: str):
     """-> (passed, message). ``reply`` is decoded JSON, as untrusted as anything the student
-    writes: any unexpected shape fails with a message, never an exception."""
+    writes: any unexpected shape fails with a message, never an exception. A request with a
+    ``template`` (added by the grader, never sent to the sandbox) judges the notebook's own
+    predict question."""
     qid, name = request["question"], request["name"]
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         return False, f"{qid}: no readable answer came back for {name!r}"
@@ -153,7 +158,12 @@ def verdict(request: dict, reply, seed: str):
 
         v = judge(qid, reply.get("value"))
         return v.passed, "" if v.passed else _short(f"{qid}: {v.message}")
-    q = question(qid)
+    if request.get("template"):
+        from .variants import template_question
+
+        q = template_question(request["template"])
+    else:
+        q = question(qid)
     if request["probes"] is None:
         from gpumemlab.quizkit.checker import AnswerError, evaluate
 
