@@ -140,7 +140,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     (``variants.student_seed``) picks the variants the student was shown; it stays here, with
     the judges, and never enters the sandbox."""
     if run.variants and variant_seed is None:
-        raise ValueError("a source with variant questions needs each student's variant seed")
+        raise ValueError("a source with variant questions needs the student's variant seed")
     started = time.monotonic()
     notes, student_nb, state, timestamp = [], None, {}, ""
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
@@ -246,6 +246,7 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
 
 def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
+    from .variants import judged_as
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
     rows = []
@@ -266,11 +267,7 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
                                                   f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                seed = student_id
-                if request["question"] in run.variants:   # the variant the student was shown
-                    seed = variant_seed
-                    if run.variants[request["question"]] is not None:
-                        request = dict(request, template=run.variants[request["question"]])
+                request, seed = judged_as(run.variants, request, student_id, variant_seed)
                 ok, message = run.judges.judge(request, reply, seed, who=student_id)
                 if not ok:
                     passed, output = False, message
@@ -362,16 +359,11 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     """Grade every submission in parallel; returns StudentResults sorted by student id.
     A source with variant questions needs the course ``secret`` (bytes) and the ``assignment``
     name ``gpumemlab assign`` used (default: the notebook's name)."""
-    from .variants import VariantError, student_seed, variant_questions
+    from .variants import seeds_for
 
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    variants = variant_questions(source_nb)
-    if variants and secret is None:
-        raise VariantError(f"{source_path.name} has per-student variant questions "
-                           f"({', '.join(variants)}): grade with --secret FILE, the course "
-                           f"secret gpumemlab assign used")
-    assignment = assignment or source_path.stem
+    seed_of = seeds_for(source_nb, secret, assignment or source_path.stem, source_path.name)
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
@@ -382,8 +374,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
                                    timeout=timeout, keep=keep,
-                                   variant_seed=student_seed(secret, assignment, sid)
-                                   if variants else None): sid
+                                   variant_seed=seed_of(sid)): sid
                        for sid, folder, nbp in subs}
             for done, fut in enumerate(as_completed(futures), 1):
                 sid = futures[fut]

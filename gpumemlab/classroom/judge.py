@@ -94,6 +94,16 @@ def question(qid: str):
     return quiz.question_obj(qid)
 
 
+def template_question(template: dict):
+    """The predict Question a notebook's template defines (``variants`` validates it)."""
+    from gpumemlab.quizkit.bank import Question
+
+    return Question(template["id"], "predict", template.get("prompt", "Predict the result."),
+                    float(template.get("points", 1)),
+                    data={"generator": template["generator"],
+                          "params": dict(template.get("params", {}))})
+
+
 def check_questions(judges, where: str) -> None:
     from gpumemlab.lessons import get
 
@@ -158,12 +168,7 @@ def verdict(request: dict, reply, seed: str):
 
         v = judge(qid, reply.get("value"))
         return v.passed, "" if v.passed else _short(f"{qid}: {v.message}")
-    if request.get("template"):
-        from .variants import template_question
-
-        q = template_question(request["template"])
-    else:
-        q = question(qid)
+    q = template_question(request["template"]) if request.get("template") else question(qid)
     if request["probes"] is None:
         from gpumemlab.quizkit.checker import AnswerError, evaluate
 

@@ -85,21 +85,11 @@ def _marked(cell):
     return m.get("variant") if isinstance(m, dict) and "variant" in m else None
 
 
-def template_question(template: dict):
-    """The predict Question a notebook template defines (validated by ``variant_questions``)."""
-    from gpumemlab.quizkit.bank import Question
-
-    return Question(template["id"], "predict", template.get("prompt", "Predict the result."),
-                    float(template.get("points", 1)),
-                    data={"generator": template["generator"],
-                          "params": dict(template.get("params", {}))})
-
-
 def _templates(nb) -> dict:
     from gpumemlab.quizkit.generators import GENERATORS
 
     meta = nb.metadata.get("gpumemlab", {})
-    raw = meta.get("variants", []) if isinstance(meta, dict) else None
+    raw = meta.get("variants", []) if isinstance(meta, dict) else []
     if not isinstance(raw, list):
         raise NotebookFormatError("metadata.gpumemlab.variants must be a list of templates")
     out = {}
@@ -135,7 +125,7 @@ def _templates(nb) -> dict:
 def variant_questions(nb) -> dict:
     """{id: (Question, template dict or None)} of every variant cell of the source ``nb``;
     raises NotebookFormatError, naming the cell, for markup that cannot be used."""
-    from .judge import question, split_test
+    from .judge import question, split_test, template_question
 
     templates, found = _templates(nb), {}
     for i, cell in enumerate(nb.cells):
@@ -181,6 +171,32 @@ def variant_questions(nb) -> dict:
 def variant_templates(nb) -> dict:
     """{id: template dict or None (a bank question)}: what the grader adds to a judge request."""
     return {qid: t for qid, (_, t) in variant_questions(nb).items()}
+
+
+def seeds_for(source_nb, secret, assignment: str, name: str):
+    """-> student id -> variant seed (None for a source without variants). A variant source
+    without the course secret is a VariantError, raised before any grading."""
+    questions = variant_questions(source_nb)
+    if not questions:
+        return lambda student_id: None
+    if secret is None:
+        raise VariantError(f"{name} has per-student variant questions "
+                           f"({', '.join(questions)}): grade with --secret FILE, the course "
+                           f"secret gpumemlab assign used")
+    return lambda student_id: student_seed(secret, assignment, student_id)
+
+
+def judged_as(variants: dict, request: dict, student_id: str, variant_seed):
+    """-> (request, seed) for the judge: a variant question is judged against the variant the
+    student was shown (their seed; a template travels with the request, outside the sandbox);
+    any other question keeps the student id as its seed, as before variants."""
+    qid = request["question"]
+    if qid not in variants:
+        return request, student_id
+    if variant_seed is None:
+        raise ValueError(f"{qid} is a variant question: the grader needs the student's seed")
+    template = variants[qid]
+    return (request if template is None else dict(request, template=template)), variant_seed
 
 
 # -- rendering --
