@@ -290,3 +290,20 @@ def test_assign_check_and_grading_each_student_against_their_own_variant(files, 
     seed = student_seed(read_secret(tmp / "course.secret"), "lab", "copier")
     every = "".join(p.read_text() for p in (tmp / "grades").rglob("*") if p.is_file())
     assert seed not in every and SECRET not in every
+
+
+@needs_sandbox
+def test_assign_names_the_preview_answer_when_the_source_is_wrong(files, capsys):
+    tmp, src = files
+    nb = nbformat.read(str(src), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "a0":
+            cell.source = "### BEGIN SOLUTION\nreserved_mib = 12345\n### END SOLUTION"
+    nbformat.write(nb, str(src))
+    assert main(["assign", str(src), str(tmp / "release"), "--roster", str(tmp / "roster.csv"),
+                 "--secret", str(tmp / "course.secret"), "--cell-timeout", "30"]) == 1
+    printed = capsys.readouterr().out
+    preview = expected(variant_questions(nb)["01.7"][0], PREVIEW_SEED)
+    assert "source FAILS its own tests: t0\n" in printed
+    assert f"variant 01.7: the source's solution must answer the teacher's preview variant, " \
+           f"whose answer is {preview}" in printed and "lab.oom" not in printed

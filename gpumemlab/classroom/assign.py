@@ -41,11 +41,11 @@ class AssignReport:
         if self.students:
             lines[0] += (f": {self.students} student version{'s' * (self.students != 1)}, "
                          f"each with its own variants")
-        for qid, answer in (self.previews or {}).items():
-            lines.append(f"variant {qid}: the source is checked against the teacher's preview "
-                         f"variant, whose answer is {answer}")
         if self.source_failures:
             lines.append("source FAILS its own tests: " + ", ".join(self.source_failures))
+        for qid, answer in (self.previews or {}).items():
+            lines.append(f"  variant {qid}: the source's solution must answer the teacher's "
+                         f"preview variant, whose answer is {answer}")
         if self.student_passes:
             lines.append("student version PASSES tests without answers (free points): "
                          + ", ".join(self.student_passes))
