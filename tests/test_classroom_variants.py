@@ -184,9 +184,14 @@ def test_assign_bad_input_is_one_line_and_writes_nothing(files, capsys):
     bad = tmp / "bad.secret"
     bad.write_text("hello")
     new_secret = tmp / "new.secret"
+    empty = tmp / "empty.csv"
+    empty.write_text("id,first_name,last_name,email\n")
     cases = [(["--roster", str(tmp / "roster.csv")], "give --roster CSV and --secret FILE"),
              (["--secret", str(tmp / "course.secret")], "give --roster CSV and --secret FILE"),
              (["--roster", str(dup), "--secret", str(new_secret)], "listed twice"),
+             (["--roster", str(empty), "--secret", str(new_secret)], "lists no students"),
+             (["--roster", str(tmp / "none.csv"), "--secret", str(new_secret)],
+              "cannot read roster"),
              (["--roster", str(tmp / "roster.csv"), "--secret", str(bad)],
               "is not a secret gpumemlab wrote")]
     for extra, message in cases:
@@ -195,7 +200,7 @@ def test_assign_bad_input_is_one_line_and_writes_nothing(files, capsys):
         assert message in err and err.count("\n") == 1, err
         assert not out.exists() and not new_secret.exists()
     assert sorted(p.name for p in tmp.iterdir()) == ["bad.secret", "course.secret", "dup.csv",
-                                                      "roster.csv", "teacher"]
+                                                      "empty.csv", "roster.csv", "teacher"]
 
 
 def test_grade_of_a_variant_source_without_secret_is_one_line(files, capsys):
@@ -307,3 +312,11 @@ def test_assign_names_the_preview_answer_when_the_source_is_wrong(files, capsys)
     assert "source FAILS its own tests: t0\n" in printed
     assert f"variant 01.7: the source's solution must answer the teacher's preview variant, " \
            f"whose answer is {preview}" in printed and "lab.oom" not in printed
+
+
+def test_no_check_does_not_claim_a_check(files, capsys):
+    tmp, src = files
+    assert main(["assign", str(src), str(tmp / "rel"), "--no-check", "--roster",
+                 str(tmp / "roster.csv"), "--secret", str(tmp / "course.secret")]) == 0
+    printed = capsys.readouterr().out
+    assert "not checked (--no-check)" in printed and "checked:" not in printed

@@ -31,6 +31,7 @@ class AssignReport:
     unchecked: list = None     # student-version test ids that never ran (timeout, kernel died)
     students: int = 0          # per-student versions written (0: one version for everyone)
     previews: dict = None      # variant id -> the preview's expected answer, when the source fails
+    checked: bool = True       # False: --no-check, nothing was run
 
     @property
     def ok(self) -> bool:
@@ -52,7 +53,9 @@ class AssignReport:
         if self.unchecked:
             lines.append("could not check (the test cell timed out or its kernel died; rerun, or "
                          "raise --cell-timeout): " + ", ".join(self.unchecked))
-        if self.ok and self.students:
+        if not self.checked:
+            lines.append("not checked (--no-check): nothing was run")
+        elif self.ok and self.students:
             lines.append("checked: the source passes every test (variant questions against the "
                          "teacher's preview variant); the first student's version fails every "
                          "test; every student's variant answers were computed")
@@ -144,7 +147,8 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600, roster=None
     else:
         target, students = write_student_version(source, out), 0
     if not check:
-        return AssignReport(out if students else target, [], [], students=students)
+        return AssignReport(out if students else target, [], [], students=students,
+                            checked=False)
     from . import isolation
     from .grade import grade_one, open_run, read_notebook
 

@@ -363,7 +363,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
 
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    seed_of = seeds_for(source_nb, secret, assignment or source_path.stem, source_path.name)
+    seed_of = seeds_for(source_nb, secret, assignment or source_path.stem)
     subs = find_submissions(Path(submissions), source_path.name)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)

@@ -173,14 +173,14 @@ def variant_templates(nb) -> dict:
     return {qid: t for qid, (_, t) in variant_questions(nb).items()}
 
 
-def seeds_for(source_nb, secret, assignment: str, name: str):
+def seeds_for(source_nb, secret, assignment: str):
     """-> student id -> variant seed (None for a source without variants). A variant source
     without the course secret is a VariantError, raised before any grading."""
     questions = variant_questions(source_nb)
     if not questions:
         return lambda student_id: None
     if secret is None:
-        raise VariantError(f"{name} has per-student variant questions "
+        raise VariantError(f"the source has per-student variant questions "
                            f"({', '.join(questions)}): grade with --secret FILE, the course "
                            f"secret gpumemlab assign used")
     return lambda student_id: student_seed(secret, assignment, student_id)
