@@ -344,3 +344,23 @@ def test_an_escape_echoed_by_a_usage_error_is_shown_not_run(capsys):
         main(["report", "a.pickle", "--top", "\x1b[2Jten"])
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b[2Jten" in err
+
+
+def test_doctor_message_file_refuses_devices_fifos_and_huge_files_at_once(tmp_path, capsys):
+    from gpumemlab.cli import main
+    from gpumemlab.cli.doctor import MESSAGE_LIMIT
+
+    fifo = tmp_path / "oom.txt"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"x" * (MESSAGE_LIMIT + 1))
+    for path, why in (("/dev/zero", "not a regular file"), (fifo, "not a regular file"),
+                      (big, "larger than")):
+        done = []
+        t = threading.Thread(target=lambda: done.append(main(["doctor", "--message-file",
+                                                              str(path)])), daemon=True)
+        t.start()
+        t.join(20)
+        assert done == [2], f"doctor --message-file {path} blocked or did not refuse"
+        err = capsys.readouterr().err.strip()
+        assert why in err and len(err.splitlines()) == 1

@@ -31,11 +31,33 @@ def test_environment_installs_this_checkout_from_pyproject():
     assert conda_names <= {"python", "pip"}
 
 
-def test_torch_range_admits_2_13():
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    spec = re.search(r'"torch([^"]*)"', pyproject).group(1)
+def _torch_spec(text):
+    return re.search(r'"torch([^"]*)"', text).group(1)
+
+
+def test_torch_range_admits_every_torch_from_2_1_with_no_upper_cap():
+    """A learner who already has a newer torch (2.15.0 came out in October 2026) can install the
+    kit: the range has a floor and no ceiling, and ./kit's fallback install asks for the same."""
     from packaging.specifiers import SpecifierSet
-    assert "2.13.0" in SpecifierSet(spec)
+    spec = SpecifierSet(_torch_spec((ROOT / "pyproject.toml").read_text()))
+    assert {s.operator for s in spec} == {">="}, f"torch{spec}: an upper cap or a pin"
+    for version in ("2.1.0", "2.13.0", "2.13.0+cpu", "2.14.1", "2.15.0", "3.0.0"):
+        assert spec.contains(version), version
+    assert not spec.contains("2.0.1")
+    fallback = re.search(r'install "torch==2\.13\.0" \|\| install "torch([^"]*)"',
+                         (ROOT / "kit").read_text())
+    assert fallback and SpecifierSet(fallback.group(1)) == spec
+
+
+def test_environment_takes_torch_from_the_cpu_index():
+    """Binder builds environment.yml and has no GPU: pip must see PyTorch's CPU-only wheels
+    before it installs the checkout (and torch with it), or it downloads a CUDA build of GBs."""
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    cpu_index = r"--extra-index-url[ =]https://download\.pytorch\.org/whl/cpu/?"
+    index = [i for i, line in enumerate(pip) if re.fullmatch(cpu_index, line)]
+    install = [i for i, line in enumerate(pip) if line.startswith("-e ")]
+    assert index and install and index[0] < install[0], pip
 
 
 def test_the_kits_install_stamp_covers_every_packaging_file():

@@ -83,6 +83,12 @@ def _student_parts(source_nb, student_nb):
     return answers, extras
 
 
+def student_answers(source_nb, student_nb) -> dict:
+    """{grade_id: text} of the answer cells as the student handed them in (raw: the grader
+    scrubs and caps them for the feedback); never the source's solution or stub."""
+    return _student_parts(source_nb, student_nb)[0]
+
+
 def _code_cell(source, role, **info):
     import nbformat
 

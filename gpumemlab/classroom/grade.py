@@ -8,7 +8,7 @@ JSON only: the answers the judges asked for and the verdicts of the checks that 
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
-``results.json`` and a readable ``feedback.txt`` (``reports``).
+``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
 Submission layout: ``SUBMISSIONS/<student_id>/.../<notebook>.ipynb`` (nbgrader's
 ``submitted/<student>/<assignment>/`` works), with an optional ``timestamp.txt`` beside it.
@@ -29,9 +29,11 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import isolation
-from .build import build_graded, test_parts, tests_of
+from . import isolation, variants
+from .build import build_graded, student_answers, test_parts, tests_of
+from .confine import sandbox_cgroup
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
+from .late import apply_late
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -39,6 +41,7 @@ RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 INSIDE_ONLY = "checked inside the submission"
+ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
 LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
           "open_files": 256}
 
@@ -54,13 +57,20 @@ class SandboxUnavailable(RuntimeError):
 @dataclass
 class StudentResult:
     student_id: str
-    tests: list                      # [{name, score, max_score, output, status, inside_only}]
+    tests: list          # [{name, score, max_score, output, status, inside_only, answer}]
     score: float
     max_score: float
     seconds: float
     timestamp: str = ""
     notes: list = field(default_factory=list)
     isolated: bool = True
+    penalty: float = 0.0             # late penalty in points (``late``); score stays the raw score
+    late_text: str = ""              # one line on lateness for the feedback; "" when on time
+    answers: dict = field(default_factory=dict)   # grade_id -> the student's text, cleaned
+
+    @property
+    def final_score(self) -> float:
+        return max(self.score - self.penalty, 0.0)
 
 
 @dataclass
@@ -87,12 +97,10 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     from .judge import check_questions, withheld_modules
     from .kit import prepare_kit
 
-    from .variants import variant_templates
-
     validate_source(source_nb)
     parts = test_parts(source_nb)
-    variants = variant_templates(source_nb)
-    judges = [j for _, js in parts.values() for j in js if variants.get(j.question) is None]
+    shown = variants.variant_templates(source_nb)   # id -> template, or None: a bank question
+    judges = [j for _, js in parts.values() for j in js if shown.get(j.question) is None]
     check_questions(judges, "source notebook")
     if sandbox:
         reason = isolation.unavailable_reason()
@@ -109,7 +117,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     from .judging import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
-                      JudgePool(), variants)
+                      JudgePool(), shown)
 
 
 def read_notebook(path):
@@ -137,12 +145,9 @@ def _scrub(text, paths, limit=500) -> str:
 def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
               keep=None, variant_seed=None) -> StudentResult:
     """Grade one submission; never raises for anything the submission does. ``variant_seed``
-    (``variants.student_seed``) picks the variants the student was shown; it stays here, with
-    the judges, and never enters the sandbox."""
-    if run.variants and variant_seed is None:
-        raise ValueError("a source with variant questions needs the student's variant seed")
+    (``variants.student_seed``) stays with the judges, and never enters the sandbox."""
     started = time.monotonic()
-    notes, student_nb, state, timestamp = [], None, {}, ""
+    notes, student_nb, state, timestamp, answers = [], None, {}, "", {}
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
@@ -152,8 +157,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     rng = random.Random(secrets.randbits(64))
     from .judge import plan
 
-    templates = {q for q, t in run.variants.items() if t is not None}
-    requests = {gid: [plan(j, rng, templates) for j in judges]
+    requests = {gid: [plan(j, rng, run.variants) for j in judges]
                 for gid, (_, judges) in run.parts.items()}
     try:
         io.mkdir()
@@ -163,6 +167,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             home.mkdir()
         timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
+        answers = {gid: _scrub(text, paths, ANSWER_LIMIT)   # shown back in feedback.html
+                   for gid, text in student_answers(run.source_nb, student_nb).items()}
         if student_nb is None:   # nothing to run: every test fails, no kernel needed
             raise _NothingToRun
         key, token = secrets.token_bytes(32), secrets.token_hex(8)
@@ -211,7 +217,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         notes.insert(0, NOT_ISOLATED)
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
-                         timestamp, notes, isolated=inside)
+                         timestamp, notes, isolated=inside, answers=answers)
 
 
 def _read_student(home, folder, notebook, notes, paths):
@@ -245,8 +251,8 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
 
 
 def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
+    from .answers import answer_text
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
-    from .variants import judged_as
 
     tests = state.get("tests") if isinstance(state.get("tests"), dict) else {}
     rows = []
@@ -260,6 +266,7 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
             output = str(got.get("output") or "the test's checks failed")[:OUTPUT_LIMIT]
         else:
             output = ""
+        replies = None
         if passed and judges:
             replies = _decode(got.get("answers"), ANSWERS_LIMIT)
             if isinstance(replies, dict):   # the executor found the answers too large
@@ -267,14 +274,16 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
                                                   f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                request, seed = judged_as(run.variants, request, student_id, variant_seed)
+                request, seed = variants.judged_as(run.variants, request, student_id,
+                                                   variant_seed)
                 ok, message = run.judges.judge(request, reply, seed, who=student_id)
                 if not ok:
                     passed, output = False, message
                     break
         rows.append({"name": gid, "score": pts if passed else 0.0, "max_score": pts,
                      "status": "passed" if passed else "failed",
-                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges})
+                     "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges,
+                     "answer": answer_text(requests[gid], replies)})
     return rows
 
 
@@ -287,7 +296,7 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
         argv, fds, cleanup = isolation.sandboxed_command(
             home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
         env = dict(os.environ)
-        group = _cgroup(run)
+        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
         if group is not None:
             argv = group.wrap(argv)
     else:
@@ -318,19 +327,6 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
         notes.append("the grader could not finish this notebook; see the test outputs")
     return state
 
-def _cgroup(run):
-    """A cgroup v2 of its own for one sandbox where this machine delegates one (``confine``)."""
-    from .confine import CgroupV2, delegated_parent
-
-    parent = delegated_parent()
-    if parent is None:
-        return None
-    try:
-        return CgroupV2(parent, run.limits["memory_bytes"], run.limits["processes"])
-    except OSError:
-        return None
-
-
 def _read_state(path: Path) -> dict:
     """The executor's result file, which the sandbox could have replaced by anything: a
     regular file under the size limit holding a JSON object, or {}."""
@@ -354,17 +350,16 @@ def _shown(student_id) -> str:
 
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
-              progress=sys.stderr, keep=None, sandbox=True, limits=None, secret=None,
-              assignment=None) -> list:
+              progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None,
+              assignment=None, secret=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id.
-    A source with variant questions needs the course ``secret`` (bytes) and the ``assignment``
-    name ``gpumemlab assign`` used (default: the notebook's name)."""
-    from .variants import seeds_for
-
+    ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty);
+    ``assignment``: read ``<student>/<assignment>/`` where a student has that folder, and
+    derive variants from it with the course ``secret`` (``variants.seeds_for``)."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
-    seed_of = seeds_for(source_nb, secret, assignment or source_path.stem)
-    subs = find_submissions(Path(submissions), source_path.name)
+    seed_of = variants.seeds_for(source_nb, secret, assignment or source_path.stem)
+    subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
     run.judges.prestart(min(max(1, workers), len(subs)))
@@ -373,9 +368,9 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
-                                   timeout=timeout, keep=keep,
-                                   variant_seed=seed_of(sid)): sid
+                                   timeout=timeout, keep=keep, variant_seed=seed_of(sid)): sid
                        for sid, folder, nbp in subs}
+            notebooks = {sid: nbp for sid, _, nbp in subs}
             for done, fut in enumerate(as_completed(futures), 1):
                 sid = futures[fut]
                 try:
@@ -389,10 +384,11 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                     res = StudentResult(sid, [], 0.0, max_score, 0.0, isolated=sandbox,
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
-                results.append(res)
+                results.append(apply_late(res, late, notebooks[sid]))
                 if progress is not None:
-                    print(f"[{done}/{n}] {_shown(sid)}: {res.score:g}/{res.max_score:g} "
-                          f"in {res.seconds:.1f} s", file=progress, flush=True)
+                    late_note = f" (late: -{res.penalty:g})" if res.penalty else ""
+                    print(f"[{done}/{n}] {_shown(sid)}: {res.final_score:g}/{res.max_score:g}"
+                          f"{late_note} in {res.seconds:.1f} s", file=progress, flush=True)
     finally:
         run.close()
     return sorted(results, key=lambda r: os.fsencode(r.student_id))

@@ -63,8 +63,10 @@ def find_notebook(folder: Path, notebook_name: str):
     return folder / others[0] if len(others) == 1 else None
 
 
-def find_submissions(root: Path, notebook_name: str) -> list:
-    """[(student_id, student folder, notebook path or None)], sorted by student id."""
+def find_submissions(root: Path, notebook_name: str, assignment: str = None) -> list:
+    """[(student_id, student folder, notebook path or None)], sorted by student id. With an
+    ``assignment``, a student's folder is ``<student>/<assignment>/`` where that is a real
+    folder (nbgrader's ``submitted/`` layout once several assignments are collected)."""
     root = Path(root)
     if not root.is_dir():
         raise FileNotFoundError(f"submissions folder {root} does not exist")
@@ -73,8 +75,17 @@ def find_submissions(root: Path, notebook_name: str) -> list:
                            key=lambda x: os.fsencode(x[0])):
         if stat.S_ISDIR(st.st_mode):
             folder = root / name
+            if assignment and _is_real_folder(folder / assignment):
+                folder = folder / assignment
             found.append((name, folder, find_notebook(folder, notebook_name)))
     return found
+
+
+def _is_real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def copy_submission(src: Path, dst: Path) -> list:

@@ -128,11 +128,11 @@ def withheld_modules(judges) -> set:
     return out
 
 
-def plan(judge: Judge, rng: random.Random, templates=()) -> dict:
+def plan(judge: Judge, rng: random.Random, variants=None) -> dict:
     """What the sandbox must send back for one judge (probes: argument lists, or None).
-    ``templates``: the ids of the notebook's own predict questions (``variants``)."""
+    ``variants``: {id: the notebook's own predict question (a template), or None}."""
     request = {"question": judge.question, "name": judge.name, "probes": None}
-    if judge.question in templates:
+    if (variants or {}).get(judge.question) is not None:   # a template: a plain value
         return request
     if judge.kind == "exercise":   # plain data, or a function of no arguments returning it
         request["kind"], request["call_if_callable"] = "exercise", True

@@ -7,6 +7,8 @@
   (``score``, ``execution_time``, ``output``, ``tests[]`` with ``name``, ``score``, ``max_score``,
   ``status``, ``output``).
 * ``<feedback>/<student>/feedback.txt``: the same, readable.
+* ``<feedback>/<student>/feedback.html``: the same as one self-contained page, with the
+  student's own answers (``feedback_page``).
 
 Names and emails come from an optional roster CSV with nbgrader's columns
 ``id,first_name,last_name,email``.
@@ -28,6 +30,7 @@ import json
 from pathlib import Path
 
 from gpumemlab.cleantext import clean_text
+from .feedback_page import feedback_page
 from .grade import CSV_COLUMNS, INSIDE_ONLY
 from .intake import display_id, safe_name
 
@@ -80,13 +83,25 @@ def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None)
             writer.writerow([cell_text(x) for x in (
                 assignment, duedate, r.timestamp, r.student_id, who.get("last_name", ""),
                 who.get("first_name", ""), who.get("email", ""))] +
-                [f"{r.score:g}", "0", f"{r.score:g}", f"{r.max_score:g}"])
+                [f"{r.score:g}", f"{getattr(r, 'penalty', 0.0):g}", f"{_final(r):g}",
+                 f"{r.max_score:g}"])
+
+
+def _final(result) -> float:
+    """The score after the late penalty (nbgrader: score = raw_score - penalty)."""
+    return max(result.score - getattr(result, "penalty", 0.0), 0.0)
+
+
+def _late_lines(result) -> list:
+    text = getattr(result, "late_text", "")
+    return [f"late: {text}"] if text else []
 
 
 def gradescope(result) -> dict:
-    return {"score": result.score,
+    return {"score": _final(result),
             "execution_time": round(result.seconds, 2),
-            "output": clean_text("\n".join(result.notes), limit=FEEDBACK_LIMIT),
+            "output": clean_text("\n".join(_late_lines(result) + result.notes),
+                                 limit=FEEDBACK_LIMIT),
             "visibility": "visible",
             "tests": [{"name": t["name"], "score": t["score"], "max_score": t["max_score"],
                        "status": t["status"],
@@ -97,7 +112,10 @@ def gradescope(result) -> dict:
 def feedback_text(result, assignment: str) -> str:
     lines = [f"{assignment}: feedback for "
              f"{clean_text(display_id(result.student_id), keep_newlines=False)}",
-             f"score: {result.score:g} / {result.max_score:g}", ""]
+             f"score: {_final(result):g} / {result.max_score:g}"]
+    if getattr(result, "penalty", 0.0):
+        lines[-1] += f" (raw score {result.score:g}, late penalty {result.penalty:g})"
+    lines += _late_lines(result) + [""]
     if not getattr(result, "isolated", True):
         lines[1:1] = ["NOT ISOLATED: graded without the OS sandbox (--no-sandbox)"]
     for t in result.tests:
@@ -117,12 +135,14 @@ def write_feedback(results, folder, *, assignment: str) -> list:
     folder = Path(folder)
     failed = []
     for r in results:
-        try:
+        try:   # every file rendered before any is written: no student gets half a set
+            files = {"results.json": json.dumps(gradescope(r), indent=1),
+                     "feedback.txt": feedback_text(r, assignment),
+                     "feedback.html": feedback_page(r, assignment, limit=FEEDBACK_LIMIT)}
             d = folder / safe_name(r.student_id)
             d.mkdir(parents=True, exist_ok=True)
-            (d / "results.json").write_text(json.dumps(gradescope(r), indent=1),
-                                            encoding="utf-8")
-            (d / "feedback.txt").write_text(feedback_text(r, assignment), encoding="utf-8")
+            for name, text in files.items():
+                (d / name).write_text(text, encoding="utf-8")
         except Exception as exc:   # one student's files must not stop the others'
             failed.append((r.student_id, clean_text(f"{type(exc).__name__}: {exc}", limit=200,
                                                     keep_newlines=False)))

@@ -16,7 +16,8 @@ import sys
 from .output import clean_output
 
 GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.plan",
-          "gpumemlab.cli.classroom", "gpumemlab.cli.selftest")
+          "gpumemlab.cli.classroom", "gpumemlab.cli.stats", "gpumemlab.cli.selftest",
+          "gpumemlab.cli.course")
 
 
 class CLIError(Exception):

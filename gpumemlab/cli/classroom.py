@@ -3,7 +3,8 @@
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
     gpumemlab assign SOURCE.ipynb OUT/ --roster roster.csv --secret course.secret
                                                  # per-student variants: OUT/<student>/
-    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv [--secret course.secret]
+    gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv   # + items.csv beside
+    gpumemlab grade ... --secret course.secret   # judges each student's own variants
     gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
@@ -39,11 +40,23 @@ def register(subparsers) -> None:
     g.add_argument("--source", type=Path, required=True, help="instructor notebook")
     g.add_argument("--out", type=Path, default=Path("grades.csv"), help="grades CSV path")
     g.add_argument("--feedback", type=Path, default=None,
-                   help="folder for per-student results.json and feedback.txt "
-                        "(default: feedback/ beside the CSV)")
+                   help="folder for per-student results.json, feedback.txt and "
+                        "feedback.html (default: feedback/ beside the CSV)")
     g.add_argument("--assignment", default=None, help="assignment name (default: notebook "
-                   "name)")
-    g.add_argument("--duedate", default="", help="due date written to the CSV")
+                   "name); where SUBMISSIONS/<student>/<assignment>/ exists (nbgrader's "
+                   "layout), only that folder is graded")
+    g.add_argument("--duedate", default=None,
+                   help="due date, ISO 8601 (2026-12-01T17:00+01:00; a date alone is the end "
+                        "of that day, a time without a zone is UTC); default: the source's "
+                        "metadata.gpumemlab.late.due")
+    g.add_argument("--late-per-day", default=None, metavar="FRACTION",
+                   help="late penalty per started day past the due date: 0.1 or 10%% of the "
+                        "maximum score (default 0: lateness is reported, not penalised)")
+    g.add_argument("--late-cap", default=None, metavar="FRACTION",
+                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
+    g.add_argument("--grace", default=None, metavar="DURATION",
+                   help="submissions this long after the due date count as on time: 15m, 2h, "
+                        "1d (default 0)")
     g.add_argument("--roster", type=Path, default=None,
                    help="CSV with id,first_name,last_name,email")
     g.add_argument("--secret", type=Path, default=None,
@@ -141,18 +154,25 @@ def _grade(args) -> int:
         secret = None if args.secret is None else read_secret(args.secret)
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
+    if args.out.name == "items.csv":
+        raise _error("--out may not be named items.csv: the per-question results go there")
+    policy = _late_policy(args)
     try:
         limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
                             progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
-                            secret=secret, assignment=args.assignment)
+                            late=policy, assignment=args.assignment, secret=secret)
     except (NotebookFormatError, VariantError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
         raise _error(str(exc)) from None
     assignment = args.assignment or args.source.stem
-    write_csv(results, args.out, assignment=assignment, duedate=args.duedate, roster=roster)
+    from gpumemlab.classroom.late import format_time
+
+    write_csv(results, args.out, assignment=assignment,
+              duedate=format_time(policy.due) if policy else "", roster=roster)
+    _write_items(results, args.out, assignment)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
     print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
@@ -172,6 +192,41 @@ def _grade(args) -> int:
         n = sum(r["issued"] == "yes" for r in rows)
         print(f"issued {n} certificate{'s' * (n != 1)} in {out}")
     return 0
+
+
+def _late_policy(args):
+    """The late policy from the source's metadata, overridden by the command line; checked
+    before anything is graded."""
+    from gpumemlab.classroom.late import policy_from_args, policy_from_metadata
+
+    try:
+        import nbformat
+
+        meta = nbformat.read(str(args.source), as_version=4).metadata
+        late = policy_from_metadata(meta)
+    except ValueError as exc:
+        raise _error(f"{args.source}: {exc}") from None
+    except Exception:   # the grading run reports an unreadable source in its own words
+        late = {}
+    given = {"due": args.duedate, "per_day": args.late_per_day, "cap": args.late_cap,
+             "grace": args.grace}
+    late.update({k: v for k, v in given.items() if v is not None})
+    try:
+        policy = policy_from_args(**late)
+    except ValueError as exc:
+        raise _error(str(exc)) from None
+    if policy is not None:
+        print(f"late policy: {policy.describe()}", file=sys.stderr)
+    return policy
+
+
+def _write_items(results, out, assignment):
+    """items.csv beside the grades: each student's score and answer per question."""
+    from gpumemlab.classroom.items import write_items
+
+    path = out.with_name("items.csv")
+    write_items(results, path, assignment=assignment)
+    print(f"per-question results (for gpumemlab stats): {path}")
 
 
 def _certificate_checks(args):

@@ -55,14 +55,22 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_diff)
 
 
+MESSAGE_LIMIT = 1 << 20   # bytes: an OOM message with its traceback is a few KiB
+
+
 def _read_text(path) -> str:
+    """A pasted message: stdin or a regular file, at most MESSAGE_LIMIT bytes (a FIFO or
+    /dev/zero is refused at once instead of blocking or reading forever)."""
     if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError as exc:
-        raise CLIError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        data = sys.stdin.buffer.read(MESSAGE_LIMIT + 1)
+        if len(data) > MESSAGE_LIMIT:
+            raise CLIError(f"standard input: larger than the {MESSAGE_LIMIT}-byte limit for a "
+                           f"message")
+    else:
+        from gpumemlab.recordings.bounded_read import read_regular_file
+
+        data = read_regular_file(path, MESSAGE_LIMIT, CLIError, "message file")
+    return data.decode("utf-8", errors="replace")
 
 
 def cmd_doctor(args) -> int:
