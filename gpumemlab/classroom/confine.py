@@ -120,6 +120,17 @@ def delegated_parent(root: Path = CGROUP_ROOT):
         return None
 
 
+def sandbox_cgroup(memory_bytes: int, processes: int):
+    """A cgroup v2 of its own for one sandbox where this machine delegates one, else None."""
+    parent = delegated_parent()
+    if parent is None:
+        return None
+    try:
+        return CgroupV2(parent, memory_bytes, processes)
+    except OSError:
+        return None
+
+
 def plan(root: Path = CGROUP_ROOT) -> str:
     """"cgroup v2" or "seccomp": which bound this machine's sandboxes get."""
     return "cgroup v2" if delegated_parent(root) is not None else "seccomp"

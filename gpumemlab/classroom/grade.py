@@ -29,8 +29,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import isolation
+from . import isolation, variants
 from .build import build_graded, student_answers, test_parts, tests_of
+from .confine import sandbox_cgroup
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
 
@@ -82,6 +83,7 @@ class GradingRun:
     deny_roots: list
     limits: dict
     judges: object = None            # judging.JudgePool: answers judged in limited children
+    variants: dict = field(default_factory=dict)   # variant question id -> template or None
 
     def close(self):
         if self.judges is not None:
@@ -97,7 +99,8 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
 
     validate_source(source_nb)
     parts = test_parts(source_nb)
-    judges = [j for _, js in parts.values() for j in js]
+    shown = variants.variant_templates(source_nb)   # id -> template, or None: a bank question
+    judges = [j for _, js in parts.values() for j in js if shown.get(j.question) is None]
     check_questions(judges, "source notebook")
     if sandbox:
         reason = isolation.unavailable_reason()
@@ -114,7 +117,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
     from .judging import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
-                      JudgePool())
+                      JudgePool(), shown)
 
 
 def read_notebook(path):
@@ -140,8 +143,9 @@ def _scrub(text, paths, limit=500) -> str:
 
 
 def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30, timeout=300,
-              keep=None) -> StudentResult:
-    """Grade one submission; never raises for anything the submission does."""
+              keep=None, variant_seed=None) -> StudentResult:
+    """Grade one submission; never raises for anything the submission does. ``variant_seed``
+    (``variants.student_seed``) stays with the judges, and never enters the sandbox."""
     started = time.monotonic()
     notes, student_nb, state, timestamp, answers = [], None, {}, "", {}
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
@@ -153,7 +157,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     rng = random.Random(secrets.randbits(64))
     from .judge import plan
 
-    requests = {gid: [plan(j, rng) for j in judges] for gid, (_, judges) in run.parts.items()}
+    requests = {gid: [plan(j, rng, run.variants) for j in judges]
+                for gid, (_, judges) in run.parts.items()}
     try:
         io.mkdir()
         if folder is not None:
@@ -197,7 +202,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
                             symlinks=True)
         shutil.rmtree(base, ignore_errors=True)
-    rows = _judge_rows(run, state, requests, student_id, paths)
+    rows = _judge_rows(run, state, requests, student_id, paths, variant_seed)
     from .runner import MAX_RESTARTS
 
     events = state.get("events") if isinstance(state.get("events"), list) else []
@@ -245,7 +250,7 @@ def _decode(text, limit=RESULT_LIMIT_BYTES):
         return None
 
 
-def _judge_rows(run, state, requests, student_id, paths) -> list:
+def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
     from .answers import answer_text
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
 
@@ -269,7 +274,9 @@ def _judge_rows(run, state, requests, student_id, paths) -> list:
                                                   f"{ANSWERS_LIMIT >> 10} KiB"}] * len(judges)
             for k, request in enumerate(requests[gid]):
                 reply = replies[k] if isinstance(replies, list) and k < len(replies) else None
-                ok, message = run.judges.judge(request, reply, student_id)
+                request, seed = variants.judged_as(run.variants, request, student_id,
+                                                   variant_seed)
+                ok, message = run.judges.judge(request, reply, seed, who=student_id)
                 if not ok:
                     passed, output = False, message
                     break
@@ -289,7 +296,7 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
         argv, fds, cleanup = isolation.sandboxed_command(
             home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
         env = dict(os.environ)
-        group = _cgroup(run)
+        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
         if group is not None:
             argv = group.wrap(argv)
     else:
@@ -320,19 +327,6 @@ def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
         notes.append("the grader could not finish this notebook; see the test outputs")
     return state
 
-def _cgroup(run):
-    """A cgroup v2 of its own for one sandbox where this machine delegates one (``confine``)."""
-    from .confine import CgroupV2, delegated_parent
-
-    parent = delegated_parent()
-    if parent is None:
-        return None
-    try:
-        return CgroupV2(parent, run.limits["memory_bytes"], run.limits["processes"])
-    except OSError:
-        return None
-
-
 def _read_state(path: Path) -> dict:
     """The executor's result file, which the sandbox could have replaced by anything: a
     regular file under the size limit holding a JSON object, or {}."""
@@ -357,12 +351,14 @@ def _shown(student_id) -> str:
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
               progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None,
-              assignment=None) -> list:
+              assignment=None, secret=None) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id.
     ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty);
-    ``assignment``: read ``<student>/<assignment>/`` where a student has that folder."""
+    ``assignment``: read ``<student>/<assignment>/`` where a student has that folder, and
+    derive variants from it with the course ``secret`` (``variants.seeds_for``)."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
+    seed_of = variants.seeds_for(source_nb, secret, assignment or source_path.stem)
     subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
@@ -372,7 +368,7 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = {pool.submit(grade_one, run, sid, folder, nbp, cell_timeout=cell_timeout,
-                                   timeout=timeout, keep=keep): sid
+                                   timeout=timeout, keep=keep, variant_seed=seed_of(sid)): sid
                        for sid, folder, nbp in subs}
             notebooks = {sid: nbp for sid, _, nbp in subs}
             for done, fut in enumerate(as_completed(futures), 1):

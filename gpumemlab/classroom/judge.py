@@ -94,6 +94,16 @@ def question(qid: str):
     return quiz.question_obj(qid)
 
 
+def template_question(template: dict):
+    """The predict Question a notebook's template defines (``variants`` validates it)."""
+    from gpumemlab.quizkit.bank import Question
+
+    return Question(template["id"], "predict", template.get("prompt", "Predict the result."),
+                    float(template.get("points", 1)),
+                    data={"generator": template["generator"],
+                          "params": dict(template.get("params", {}))})
+
+
 def check_questions(judges, where: str) -> None:
     from gpumemlab.lessons import get
 
@@ -118,9 +128,12 @@ def withheld_modules(judges) -> set:
     return out
 
 
-def plan(judge: Judge, rng: random.Random) -> dict:
-    """What the sandbox must send back for one judge (probes: argument lists, or None)."""
+def plan(judge: Judge, rng: random.Random, variants=None) -> dict:
+    """What the sandbox must send back for one judge (probes: argument lists, or None).
+    ``variants``: {id: the notebook's own predict question (a template), or None}."""
     request = {"question": judge.question, "name": judge.name, "probes": None}
+    if (variants or {}).get(judge.question) is not None:   # a template: a plain value
+        return request
     if judge.kind == "exercise":   # plain data, or a function of no arguments returning it
         request["kind"], request["call_if_callable"] = "exercise", True
         return request
@@ -142,7 +155,9 @@ def _short(text: str) -> str:
 
 def verdict(request: dict, reply, seed: str):
     """-> (passed, message). ``reply`` is decoded JSON, as untrusted as anything the student
-    writes: any unexpected shape fails with a message, never an exception."""
+    writes: any unexpected shape fails with a message, never an exception. A request with a
+    ``template`` (added by the grader, never sent to the sandbox) judges the notebook's own
+    predict question."""
     qid, name = request["question"], request["name"]
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
         return False, f"{qid}: no readable answer came back for {name!r}"
@@ -153,7 +168,7 @@ def verdict(request: dict, reply, seed: str):
 
         v = judge(qid, reply.get("value"))
         return v.passed, "" if v.passed else _short(f"{qid}: {v.message}")
-    q = question(qid)
+    q = template_question(request["template"]) if request.get("template") else question(qid)
     if request["probes"] is None:
         from gpumemlab.quizkit.checker import AnswerError, evaluate
 

@@ -75,7 +75,7 @@ def _judge_in_child(item: dict, limits: dict, wfd: int) -> None:
                                            f"nested too deeply to judge"}
         except Exception as exc:   # a judge's bug: this test fails, the teacher's log says why
             print(f"gpumemlab grade: judging {item['request'].get('question')} for "
-                  f"{_one_line(item['seed'], 120)} failed: "
+                  f"{_one_line(item.get('who', ''), 120)} failed: "
                   f"{_one_line(f'{type(exc).__name__}: {exc}')}", file=sys.stderr, flush=True)
             out = {"ok": False, "message": GRADER_ERROR}
         data = json.dumps(out).encode()[:VERDICT_LIMIT]
@@ -167,9 +167,10 @@ class JudgePool:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 text=True, encoding="utf-8", errors="backslashreplace")
 
-    def judge(self, request: dict, reply, seed: str) -> tuple:
-        """-> (passed, one-line message); never raises for what the answer holds."""
-        item = {"request": request, "reply": reply, "seed": seed}
+    def judge(self, request: dict, reply, seed: str, who: str = "") -> tuple:
+        """-> (passed, one-line message); never raises for what the answer holds. ``who``
+        names the student in the teacher's log (the seed, maybe secret, never appears)."""
+        item = {"request": request, "reply": reply, "seed": seed, "who": who}
         try:
             size = len(json.dumps(reply))
             line = json.dumps({"item": item, "limits": self.limits})

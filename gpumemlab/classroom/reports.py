@@ -38,14 +38,31 @@ FEEDBACK_LIMIT = 256 << 10   # characters: every test's output and the notes fit
 
 
 def read_roster(path) -> dict:
+    """{id: row} of a roster CSV; a missing or unreadable file, a header without ``id``, an
+    empty id or an id listed twice is a one-line ValueError."""
     if path is None:
         return {}
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        if not reader.fieldnames or "id" not in reader.fieldnames:
-            raise ValueError(f"roster {path} needs a header with an 'id' column "
-                             f"(and first_name, last_name, email)")
-        return {row["id"]: row for row in reader}
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or "id" not in reader.fieldnames:
+                raise ValueError(f"roster {path} needs a header with an 'id' column "
+                                 f"(and first_name, last_name, email)")
+            roster = {}
+            for row in reader:
+                sid = row["id"]
+                if not sid:
+                    raise ValueError(f"roster {path}, line {reader.line_num}: empty id")
+                if sid in roster:
+                    raise ValueError(f"roster {path}, line {reader.line_num}: id "
+                                     f"{cell_text(sid)!r} is listed twice")
+                roster[sid] = row
+            return roster
+    except OSError as exc:
+        raise ValueError(f"cannot read roster {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"roster {path} is not a UTF-8 CSV file "
+                         f"({clean_text(str(exc), limit=120, keep_newlines=False)})") from None
 
 
 def cell_text(value) -> str:

@@ -1,7 +1,10 @@
 """``gpumemlab assign`` and ``gpumemlab grade``: the classroom commands (nbgrader conventions).
 
     gpumemlab assign SOURCE.ipynb OUT/           # student version, checked by the grader
+    gpumemlab assign SOURCE.ipynb OUT/ --roster roster.csv --secret course.secret
+                                                 # per-student variants: OUT/<student>/
     gpumemlab grade SUBMISSIONS --source SOURCE.ipynb --out grades.csv   # + items.csv beside
+    gpumemlab grade ... --secret course.secret   # judges each student's own variants
     gpumemlab certificate keygen|issue|verify    # signed certificates (cli/certificate.py)
 """
 from __future__ import annotations
@@ -21,6 +24,13 @@ def register(subparsers) -> None:
     a.add_argument("out", type=Path, help="output folder, or a .ipynb path")
     a.add_argument("--no-check", action="store_true", help="skip running both versions")
     a.add_argument("--cell-timeout", type=float, default=60, help="seconds per cell (60)")
+    a.add_argument("--roster", type=Path, default=None,
+                   help="CSV with an id column: one version per student (variant sources)")
+    a.add_argument("--secret", type=Path, default=None,
+                   help="course secret file (created, mode 0600, when missing); grade with "
+                        "the same file")
+    a.add_argument("--assignment", default=None, help="assignment name the variants are "
+                   "derived from (default: notebook name; grade must use the same)")
     a.set_defaults(func=_assign)
 
     g = subparsers.add_parser("grade", help="grade a folder of submissions",
@@ -49,6 +59,8 @@ def register(subparsers) -> None:
                         "1d (default 0)")
     g.add_argument("--roster", type=Path, default=None,
                    help="CSV with id,first_name,last_name,email")
+    g.add_argument("--secret", type=Path, default=None,
+                   help="course secret file assign used (needed for variant questions)")
     g.add_argument("--cell-timeout", type=float, default=30, help="seconds per cell (30)")
     g.add_argument("--timeout", type=float, default=300, help="seconds per notebook (300)")
     g.add_argument("--workers", type=int, default=2, help="kernels run at once (2)")
@@ -81,18 +93,51 @@ def _assign(args) -> int:
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")
     try:
+        roster, secret = _variant_inputs(args)
         report = assign(args.source, args.out, check=not args.no_check,
-                        cell_timeout=args.cell_timeout)
+                        cell_timeout=args.cell_timeout, roster=roster, secret=secret,
+                        assignment=args.assignment)
     except (NotebookFormatError, ValueError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     print(report.text())
     return 0 if report.ok else 1
 
 
+def _variant_inputs(args):
+    """-> (roster, secret) for assign, every input checked before the secret is created: a
+    source without variant cells needs neither (a roster given is still checked)."""
+    import nbformat
+
+    from gpumemlab.classroom.assign import check_variant_out
+    from gpumemlab.classroom.reports import read_roster
+    from gpumemlab.classroom.variants import VariantError, load_or_create, variant_questions
+
+    try:
+        nb = nbformat.read(str(args.source), as_version=4)
+    except Exception as exc:
+        raise ValueError(f"not a readable notebook ({type(exc).__name__})") from None
+    questions = variant_questions(nb)
+    roster = read_roster(args.roster)
+    if not questions:
+        return roster, None
+    if args.roster is None or args.secret is None:
+        raise VariantError(f"the source has per-student variant questions "
+                           f"({', '.join(questions)}): give --roster CSV and --secret FILE")
+    if not roster:
+        raise VariantError(f"roster {args.roster} lists no students")
+    check_variant_out(args.out)
+    secret, created = load_or_create(args.secret)
+    if created:
+        print(f"created the course secret {args.secret} (mode 0600): keep it private, and "
+              f"grade with the same file (gpumemlab grade ... --secret {args.secret})")
+    return roster, secret
+
+
 def _grade(args) -> int:
     from gpumemlab.classroom.cells import NotebookFormatError
     from gpumemlab.classroom.grade import SandboxUnavailable, grade_all
     from gpumemlab.classroom.reports import read_roster, write_csv, write_feedback
+    from gpumemlab.classroom.variants import VariantError, read_secret
 
     if not args.source.is_file():
         raise _error(f"source notebook {args.source} does not exist")
@@ -106,6 +151,7 @@ def _grade(args) -> int:
         _certificate_checks(args)
     try:
         roster = read_roster(args.roster)
+        secret = None if args.secret is None else read_secret(args.secret)
     except (OSError, ValueError) as exc:
         raise _error(str(exc)) from None
     if args.out.name == "items.csv":
@@ -116,8 +162,8 @@ def _grade(args) -> int:
         results = grade_all(args.source, args.submissions, workers=args.workers,
                             cell_timeout=args.cell_timeout, timeout=args.timeout,
                             progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
-                            late=policy, assignment=args.assignment)
-    except NotebookFormatError as exc:
+                            late=policy, assignment=args.assignment, secret=secret)
+    except (NotebookFormatError, VariantError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
         raise _error(str(exc)) from None
