@@ -26,6 +26,7 @@ nbformat = pytest.importorskip("nbformat")
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
+import gradescope_tree as G  # noqa: E402
 import make_submissions as M  # noqa: E402
 
 from gpumemlab.classroom import isolation  # noqa: E402
@@ -177,19 +178,7 @@ def test_a_given_dist_is_shipped_as_it_is(packed, capsys):
 # ---- the real run_autograder on fake /autograder trees ----
 
 def _tree(packed, name, notebook=None, metadata=None) -> Path:
-    root = packed["tmp"] / name
-    (root / "source").mkdir(parents=True)
-    with zipfile.ZipFile(packed["zip"]) as zf:   # as unzip does: with the files' modes
-        zf.extractall(root / "source")
-        for info in zf.infolist():
-            os.chmod(root / "source" / info.filename, stat.S_IMODE(info.external_attr >> 16))
-    if notebook is not None:
-        (root / "submission").mkdir()
-        nbformat.write(notebook, str(root / "submission" / "lab.ipynb"))
-    if metadata is not None:
-        text = metadata if isinstance(metadata, str) else json.dumps(metadata)
-        (root / "submission_metadata.json").write_text(text)
-    return root
+    return G.unpack_tree(packed["zip"], packed["tmp"] / name, notebook, metadata)
 
 
 def _metadata(submitted: datetime) -> dict:
@@ -201,19 +190,7 @@ def _metadata(submitted: datetime) -> dict:
             "previous_submissions": []}
 
 
-def _run_autograder(root: Path, *, path=None, python=sys.executable) -> dict:
-    """The zip's run_autograder, as Gradescope starts it (cwd: the root)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(GPUMEMLAB_AUTOGRADER_ROOT=str(root), GPUMEMLAB_AUTOGRADER_PYTHON=str(python),
-               PYTHONPATH=str(ROOT), MPLBACKEND="Agg", GPUMEMLAB_HEADLESS="1")
-    if path is not None:
-        env["PATH"] = path
-    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=400)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
-    results["_stdout"] = proc.stdout
-    return results
+_run_autograder = G.run_autograder
 
 
 def _student():

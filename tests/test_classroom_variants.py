@@ -1,16 +1,16 @@
 """Per-student variants: the course secret, each student's seed, their own notebook, and grading
 each student against the variant they were shown (real grader, real bwrap sandbox)."""
-import copy
 import csv
 import json
 import os
 import re
 import stat
+import sys
+from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook  # noqa: E402
 
 from gpumemlab.cli import main  # noqa: E402
 from gpumemlab.classroom import isolation  # noqa: E402
@@ -20,73 +20,14 @@ from gpumemlab.classroom.reports import read_roster  # noqa: E402
 from gpumemlab.classroom.variants import (PREVIEW_SEED, VariantError, expected,  # noqa: E402
                                           load_or_create, read_secret, student_seed,
                                           variant_questions)
-from gpumemlab.devices.simulated import SimulatedGPU  # noqa: E402
-from gpumemlab.units import KiB, MiB  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures" / "classroom"))
+from variant_lab import (ROSTER, SECRET, TEMPLATE, answer_from_notebook, answered,  # noqa: E402
+                         source_nb, variant_cell)
 
 needs_sandbox = pytest.mark.skipif(
     isolation.unavailable_reason() is not None,
     reason=f"no OS sandbox here ({isolation.unavailable_reason()}); .ci/run installs bubblewrap")
-
-SECRET = "5e" * 32
-ROSTER = "id,first_name,last_name,email\nalice,Alice,A,a@x\nbob,Bob,B,b@x\ncopier,C,C,c@x\n"
-TEMPLATE = {"id": "lab.oom", "generator": "fragmented_oom",
-            "prompt": "Predict whether the last request fails."}
-
-
-def nbg(cell, gid, *, solution=False, points=0):
-    cell.metadata["nbgrader"] = {"grade_id": gid, "solution": solution, "grade": bool(points),
-                                 "locked": not solution, "schema_version": 3,
-                                 **({"points": points} if points else {})}
-    return cell
-
-
-def variant_cell(qid):
-    cell = new_markdown_cell("(each student's own numbers appear here)")
-    cell.metadata["gpumemlab"] = {"variant": qid}
-    return cell
-
-
-def hidden_judge(qid, name):
-    return f"### BEGIN HIDDEN TESTS\ngml.quiz.assert_correct('{qid}', {name})\n" \
-           f"### END HIDDEN TESTS"
-
-
-def source_nb():
-    """A lab with a bank variant (01.7, MiB) and a template variant (lab.oom, yes/no), whose
-    solutions answer the teacher's preview variant."""
-    questions = {"01.7": None, "lab.oom": TEMPLATE}
-    nb = new_notebook(cells=[new_markdown_cell("# Variants lab"),
-                             new_code_cell("import gpumemlab as gml")])
-    nb.metadata["gpumemlab"] = {"variants": [TEMPLATE]}
-    qs = variant_questions(nb_with(nb, questions))
-    answers = {"01.7": repr(float(expected(qs["01.7"][0], PREVIEW_SEED).split()[0])),
-               "lab.oom": repr(expected(qs["lab.oom"][0], PREVIEW_SEED))}
-    for n, (qid, name) in enumerate((("01.7", "reserved_mib"), ("lab.oom", "oom"))):
-        nb.cells += [variant_cell(qid),
-                     nbg(new_code_cell(f"### BEGIN SOLUTION\n{name} = {answers[qid]}\n"
-                                       f"### END SOLUTION"), f"a{n}", solution=True),
-                     nbg(new_code_cell(f"assert {name} is not None\n" + hidden_judge(qid, name)),
-                         f"t{n}", points=1)]
-    return nb
-
-
-def nb_with(nb, questions):
-    out = copy.deepcopy(nb)
-    out.cells += [variant_cell(q) for q in questions]
-    return out
-
-
-def answer_from_notebook(nb, qid):
-    """What a student computes from the ops their own notebook shows: run them."""
-    cell = next(c for c in nb.cells if c.metadata.get("gpumemlab", {}).get("variant") == qid)
-    code = re.search(r"```python\n(.*?)\n```", cell.source, re.S).group(1)
-    scope = {"SimulatedGPU": SimulatedGPU, "KiB": KiB, "MiB": MiB}
-    try:
-        exec(code, scope)
-    except Exception as exc:   # the simulated OutOfMemoryError
-        assert "OutOfMemory" in type(exc).__name__, exc
-        return "yes"
-    return "no" if qid == "lab.oom" else scope["gpu"].memory_reserved() / MiB
 
 
 @pytest.fixture
@@ -274,13 +215,7 @@ def test_assign_check_and_grading_each_student_against_their_own_variant(files, 
     subs = tmp / "submitted"
     for student, answers in (("alice", mine["alice"]), ("bob", mine["bob"]),
                              ("copier", mine["alice"])):
-        nb = copy.deepcopy(books[student])
-        for cell in nb.cells:
-            gid = cell.metadata.get("nbgrader", {}).get("grade_id")
-            if gid == "a0":
-                cell.source = f"reserved_mib = {answers['01.7']!r}"
-            elif gid == "a1":
-                cell.source = f"oom = {answers['lab.oom']!r}"
+        nb = answered(books[student], answers)
         (subs / student).mkdir(parents=True)
         nbformat.write(nb, str(subs / student / "lab.ipynb"))
     grades = tmp / "grades" / "grades.csv"

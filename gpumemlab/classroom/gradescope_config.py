@@ -8,7 +8,8 @@ makes no sense stops with a one-line reason instead of grading wrongly. Its fiel
      "cell_timeout": 30, "timeout": 300, "memory_mb": null, "sandbox": "auto",
      "late": {"per_day": 0.1, "cap": 0.5, "grace_s": 3600} or null,
      "visibility": {"<test grade_id>": "visible" | "hidden" | "after_due_date" |
-                    "after_published", ...}}
+                    "after_published", ...},
+     "variants": null or {"student_key": "email" | "sid" | "id", "roster": ["<id>", ...]}}
 
 Per-test visibility is Gradescope's own word for who sees a test's row: ``visible`` (default),
 ``hidden`` (only the teacher), ``after_due_date``, ``after_published``. A test cell of the source
@@ -16,6 +17,11 @@ notebook chooses it with ``metadata.gpumemlab.visibility``; the command line can
 test (``GRADE_ID=VISIBILITY``). ``sandbox``: ``auto`` grades in the bubblewrap sandbox when it
 runs in the container and without it otherwise (the results say so loudly), ``require`` gives 0
 with the reason when it cannot run, ``off`` never tries.
+
+``variants`` (a source with per-student variant questions only): which field of Gradescope's
+``users[]`` entries in ``submission_metadata.json`` is the student's id, and the ids of the
+roster ``gpumemlab assign --roster`` made the variants for. The course secret itself is a file
+of its own in the zip, ``SECRET_PATH``: the zip is the teacher's alone.
 """
 from __future__ import annotations
 
@@ -26,6 +32,9 @@ import re
 FORMAT = "gpumemlab-gradescope/1"
 CONFIG_NAME = "gpumemlab-autograder.json"
 TEACHER_DIR = "teacher"          # the source notebook's folder in the zip
+SECRET_PATH = f"{TEACHER_DIR}/course.secret"   # a variant source's course secret in the zip
+STUDENT_KEYS = ("email", "sid", "id")   # fields of Gradescope's users[] entries
+ROSTER_LIMIT = 20000
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SANDBOX_MODES = ("auto", "require", "off")
 CONFIG_LIMIT = 1 << 20
@@ -105,7 +114,22 @@ def check_config(config) -> dict:
         raise ConfigError("visibility must map every test id to a visibility")
     for gid, value in vis.items():
         _visibility(value, f"visibility of {gid}")
+    _check_variants(config.get("variants"))
     return config
+
+
+def _check_variants(variants) -> None:
+    if variants is None:
+        return
+    if not isinstance(variants, dict) or set(variants) != {"student_key", "roster"}:
+        raise ConfigError("variants must be null or an object with student_key and roster")
+    if variants["student_key"] not in STUDENT_KEYS:
+        raise ConfigError(f"variants.student_key must be one of {', '.join(STUDENT_KEYS)}")
+    roster = variants["roster"]
+    if not isinstance(roster, list) or not 0 < len(roster) <= ROSTER_LIMIT \
+            or not all(isinstance(i, str) and i for i in roster) or len(set(roster)) < len(roster):
+        raise ConfigError(f"variants.roster must list from 1 to {ROSTER_LIMIT} different, "
+                          f"non-empty student ids")
 
 
 def read_config(path) -> dict:

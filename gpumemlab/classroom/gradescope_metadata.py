@@ -4,7 +4,10 @@ Gradescope writes ``/autograder/submission_metadata.json`` before ``run_autograd
 ``created_at`` (the submission time), ``assignment.due_date`` and ``assignment.late_due_date``
 (ISO 8601 with an offset, e.g. ``2018-07-01T14:22:32.365935-07:00``), ``users`` and
 ``previous_submissions``. Some course tools also find a per-student ``users[].assignment.due_date``
-(an extension); when one is there it wins, the latest of a group's. The file is read as
+(an extension); when one is there it wins, the latest of a group's. ``users`` lists who
+submitted (several for a group submission): ``email``, ``id`` (a number) and ``name`` in
+Gradescope's documentation, and ``sid`` (the student ID of the course roster) in some courses'
+files. The file is read as
 untrusted: a regular file (never through a link, never a FIFO), at most ``METADATA_LIMIT`` bytes,
 plain JSON (no NaN), and every field checked; anything else is a ``MetadataError`` with one line.
 It is read before the submission's code runs, so that code cannot change what is read.
@@ -88,3 +91,13 @@ def read_times(path) -> SubmissionTimes:
     if own:
         return SubmissionTimes(submitted, max(own), extended=due is None or max(own) != due)
     return SubmissionTimes(submitted, due)
+
+
+def read_users(path) -> list:
+    """The ``users`` of the metadata file at ``path``: a list of objects, one per student who
+    submitted (at least one); MetadataError otherwise."""
+    meta = _load(path)
+    users = meta.get("users") if isinstance(meta, dict) else None
+    if not isinstance(users, list) or not users or not all(isinstance(u, dict) for u in users):
+        raise MetadataError(f"{METADATA_NAME} has no users list")
+    return users

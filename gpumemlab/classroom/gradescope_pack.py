@@ -13,6 +13,12 @@ the image (Ubuntu), and runs ``run_autograder`` once per submission. The zip mad
                                 lives in the autograder image only; students get the version
                                 ``gpumemlab assign`` makes
     dist/gpumemlab-*.whl        the kit, built from this checkout now (or ``--dist FILE``)
+    teacher/course.secret       a source with per-student variant questions only: the course
+                                secret ``gpumemlab assign --secret`` used (the settings carry
+                                the roster's ids and which Gradescope field matches them)
+
+Like the teacher's notebook, the secret makes the zip the teacher's alone: whoever has it can
+compute every student's answers.
 
 The source is checked first (nbgrader markup, the questions its judges name, the visibility of
 each test); the zip is written to a temporary name and renamed, so a failed pack leaves nothing.
@@ -30,7 +36,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gradescope_config import CONFIG_NAME, FORMAT, TEACHER_DIR, check_config, \
+from .gradescope_config import CONFIG_NAME, FORMAT, SECRET_PATH, TEACHER_DIR, check_config, \
     visibility_of_tests
 
 VENV = "/opt/gpumemlab-venv"
@@ -166,8 +172,36 @@ def torch_requirement(dist: Path) -> str:
     return re.sub(r"\s+", "", m.group(1)) if m else "torch"
 
 
+def _variants(source_nb, secret, roster, student_key):
+    """-> (the settings' ``variants`` or None, the course secret or None); PackError when the
+    options do not fit the source: a variant source needs --secret and --roster, and a source
+    without variants takes neither (the secret would sit in the zip for nothing)."""
+    from .gradescope_variants import roster_ids
+    from .reports import read_roster
+    from .variants import read_secret, variant_questions
+
+    questions = variant_questions(source_nb)
+    given = [opt for opt, value in (("--secret", secret), ("--roster", roster),
+                                    ("--student-key", student_key)) if value is not None]
+    if not questions:
+        if given:
+            raise PackError(f"the source has no per-student variant questions: leave out "
+                            f"{', '.join(given)} (a course secret has no place in this zip)")
+        return None, None
+    if secret is None or roster is None:
+        raise PackError(f"the source has per-student variant questions "
+                        f"({', '.join(questions)}): give --secret FILE and --roster CSV, the "
+                        f"ones gpumemlab assign used, and --student-key")
+    key = student_key or "email"
+    try:
+        return {"student_key": key, "roster": roster_ids(read_roster(roster), key)}, \
+            read_secret(secret)
+    except ValueError as exc:   # a VariantError, or read_roster's
+        raise PackError(str(exc)) from None
+
+
 def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sandbox, late,
-            visibility) -> dict:
+            visibility, variants=None) -> dict:
     from .late import parse_duration, parse_fraction
 
     late = dict(late or {})
@@ -180,41 +214,53 @@ def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sa
         config = {"format": FORMAT, "assignment": assignment, "notebook": name,
                   "cell_timeout": cell_timeout, "timeout": timeout, "memory_mb": memory_mb,
                   "sandbox": sandbox, "late": policy,
-                  "visibility": visibility_of_tests(source_nb, visibility)}
+                  "visibility": visibility_of_tests(source_nb, visibility),
+                  "variants": variants}
         return check_config(config)
     except ValueError as exc:
         raise PackError(str(exc)) from None
 
 
 def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_mb=None,
-         sandbox="auto", late=None, visibility=(), dist=None) -> PackReport:
+         sandbox="auto", late=None, visibility=(), dist=None, secret=None, roster=None,
+         student_key=None) -> PackReport:
     """Write the autograder zip ``out`` for the source notebook ``source``.
 
     ``late``: ``{"per_day", "cap", "grace"}`` as ``gpumemlab grade`` takes them (the due date
-    is Gradescope's); ``visibility``: ``["GRADE_ID=VISIBILITY"]`` overriding the notebook's."""
-    from .build import test_parts, tests_of
+    is Gradescope's); ``visibility``: ``["GRADE_ID=VISIBILITY"]`` overriding the notebook's;
+    ``secret``, ``roster`` (paths) and ``student_key`` (a field of Gradescope's ``users[]``,
+    default ``email``): a source with per-student variant questions."""
+    from .build import tests_of
     from .cells import NotebookFormatError, validate_source
     from .grade import read_notebook
-    from .judge import check_questions
     from .late import policy_from_metadata
+    from .variants import bank_judges
 
     source, out = Path(source), Path(out)
     try:
         source_nb = read_notebook(source)
         validate_source(source_nb)
-        judges = [j for _, js in test_parts(source_nb).values() for j in js]
-        check_questions(judges, "source notebook")
+        bank_judges(source_nb)
         from_nb = policy_from_metadata(source_nb.metadata)
     except (NotebookFormatError, ValueError, OSError) as exc:
         raise PackError(f"{source}: {exc}") from None
+    variants, course_secret = _variants(source_nb, secret, roster, student_key)
     notes = []
+    if variants is not None:
+        notes += [f"variants: per student, judged against the variant of the roster id that "
+                  f"Gradescope's users[].{variants['student_key']} names "
+                  f"({len(variants['roster'])} roster ids); assignment name "
+                  f"{assignment or source.stem!r} (gpumemlab assign must have used the same)",
+                  "TEACHER ONLY: this zip holds the course secret (and the solutions): upload "
+                  "it to Gradescope and never share it with students; whoever has it can "
+                  "compute every student's answers"]
     if from_nb.pop("due", None):
         notes.append("note: the notebook's metadata.gpumemlab.late.due is not used; the due "
                      "date is the one set on Gradescope")
     from_nb.update({k: v for k, v in (late or {}).items() if v is not None})
     config = _config(source_nb, source.name, assignment=assignment or source.stem,
                      cell_timeout=cell_timeout, timeout=timeout, memory_mb=memory_mb,
-                     sandbox=sandbox, late=from_nb, visibility=visibility)
+                     sandbox=sandbox, late=from_nb, visibility=visibility, variants=variants)
     with tempfile.TemporaryDirectory(prefix="gml-pack-") as tmp:
         if dist is None:
             kit = build_wheel(Path(tmp))
@@ -235,6 +281,8 @@ def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_m
                  (CONFIG_NAME, (json.dumps(config, indent=1) + "\n").encode(), 0o644),
                  (f"{TEACHER_DIR}/{source.name}", source.read_bytes(), 0o644),
                  (dist_rel, kit.read_bytes(), 0o644)]
+        if course_secret is not None:
+            files.append((SECRET_PATH, (course_secret.hex() + "\n").encode(), 0o600))
         _write_zip(out, files)
     max_score = sum(p for _, p in tests_of(source_nb))
     return PackReport(out, config, kit.name, max_score, notes)

@@ -27,6 +27,8 @@ from gpumemlab.cleantext import clean_text
 OUTPUT_FORMAT = "text"
 OUTPUT_LIMIT = 64 << 10
 NOT_SHOWN = "a test not shown yet"
+NOT_YOUR_FAULT = ("This is not a problem with your submission: tell your teacher, who can read "
+                  "the autograder's log on Gradescope.")
 
 
 def not_isolated_banner(reason: str) -> str:

@@ -5,13 +5,15 @@ and ``$GPUMEMLAB_AUTOGRADER_ROOT`` when set (a test's fake tree)::
 
     source/                     the teacher's zip, unpacked: settings, teacher/<notebook>
     submission/                 the student's files
-    submission_metadata.json    submission time, due dates (``gradescope_metadata``)
+    submission_metadata.json    submission time, due dates, who submitted (``gradescope_metadata``)
     results/results.json        what this writes (``gradescope_results``)
 
 One submission is graded the way ``gpumemlab grade`` grades each one (``grade.open_run`` and
 ``grade.grade_one``): rebuilt from the teacher's notebook, run in the bubblewrap sandbox when it
 can run in this container, else (settings ``sandbox: auto``) without it, and then the results
 say so at the top. The late penalty comes from the settings' numbers and Gradescope's times.
+A source with per-student variant questions is judged against the submitting student's own
+variant (``gradescope_variants``), or not graded when that student cannot be told.
 
 Whatever happens (no submission, an unreadable notebook, broken settings, a grader bug) a
 results.json is written: score 0 and the reason when nothing could be graded; the traceback
@@ -31,13 +33,13 @@ import time
 import traceback
 from pathlib import Path
 
-from .gradescope_config import CONFIG_NAME, TEACHER_DIR, ConfigError, read_config
+from .gradescope_config import CONFIG_NAME, SECRET_PATH, TEACHER_DIR, ConfigError, \
+    read_config
+from .gradescope_results import NOT_YOUR_FAULT
 
 ROOT_ENV = "GPUMEMLAB_AUTOGRADER_ROOT"
 DEFAULT_ROOT = "/autograder"
 STUDENT_ID = "submission"
-NOT_YOUR_FAULT = ("This is not a problem with your submission: tell your teacher, who can read "
-                  "the autograder's log on Gradescope.")
 
 
 class _Refused(Exception):
@@ -50,10 +52,9 @@ def autograder_root() -> Path:
 
 def _settings(root: Path):
     """(config, source notebook), or _Refused."""
-    from .build import test_parts
     from .cells import NotebookFormatError, validate_source
     from .grade import read_notebook
-    from .judge import check_questions
+    from .variants import bank_judges, variant_questions
 
     try:
         config = read_config(root / "source" / CONFIG_NAME)
@@ -63,11 +64,15 @@ def _settings(root: Path):
     try:
         source_nb = read_notebook(path)
         validate_source(source_nb)
-        check_questions([j for _, js in test_parts(source_nb).values() for j in js],
-                        "source notebook")
+        bank_judges(source_nb)
+        shown = variant_questions(source_nb)
     except (NotebookFormatError, OSError, ValueError) as exc:
         raise _Refused(f"The autograder's notebook {config['notebook']} cannot be used: "
                        f"{exc}. {NOT_YOUR_FAULT}") from None
+    if shown and config.get("variants") is None:   # judged_as would fail on every submission
+        raise _Refused(f"The autograder is misconfigured: its notebook has per-student variant "
+                       f"questions ({', '.join(shown)}) but no course secret (gpumemlab "
+                       f"gradescope --secret). {NOT_YOUR_FAULT}")
     return config, source_nb
 
 
@@ -129,15 +134,23 @@ def grade_submission(root: Path, started: float) -> dict:
     from .gradescope_results import results
     from .late import LatePolicy, late_penalty
 
+    from .gradescope_metadata import METADATA_NAME
+    from .gradescope_variants import NotIdentified, variant_seed
+
     config, source_nb = _settings(root)
     times, late_note = _times(root, config)
+    try:   # like the times: read before any of the submission's code runs
+        seed = variant_seed(root / "source" / SECRET_PATH, root / METADATA_NAME, config)
+    except NotIdentified as exc:
+        raise _Refused(str(exc)) from None
     sandbox, banner = _sandbox(config)
     folder, notebook, notes = _submission(root, config)
     limits = {"memory_bytes": int(config["memory_mb"]) << 20} if config["memory_mb"] else None
     run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())], limits=limits)
     try:
         result = grade_one(run, STUDENT_ID, folder, notebook,
-                           cell_timeout=config["cell_timeout"], timeout=config["timeout"])
+                           cell_timeout=config["cell_timeout"], timeout=config["timeout"],
+                           variant_seed=seed)
     finally:
         run.close()
     result.seconds = time.monotonic() - started
@@ -188,8 +201,19 @@ def check(root: Path) -> int:
     except _Refused as exc:
         print(f"gpumemlab autograder: {exc}")
         return 1
+    from .variants import VariantError, read_secret
+
     reason = isolation.unavailable_reason()
     print(f"gpumemlab autograder: {config['assignment']} ({config['notebook']}); settings read")
+    if config.get("variants") is not None:
+        try:
+            read_secret(root / "source" / SECRET_PATH)
+        except VariantError as exc:
+            print(f"gpumemlab autograder: {exc}")
+            return 1
+        print(f"gpumemlab autograder: per-student variants for "
+              f"{len(config['variants']['roster'])} roster ids, matched by Gradescope's "
+              f"users[].{config['variants']['student_key']}; course secret read")
     print("gpumemlab autograder: sandbox: " + ("bubblewrap works here" if reason is None else
                                                 f"UNAVAILABLE here ({reason}); mode "
                                                 f"{config['sandbox']}"))

@@ -173,6 +173,20 @@ def variant_templates(nb) -> dict:
     return {qid: t for qid, (_, t) in variant_questions(nb).items()}
 
 
+def bank_judges(source_nb) -> list:
+    """The judges of the source's test cells but those of variant templates (whose questions
+    are the notebook's own), their questions checked against the banks: NotebookFormatError
+    names an unknown one."""
+    from .build import test_parts
+    from .judge import check_questions
+
+    shown = variant_templates(source_nb)
+    judges = [j for _, js in test_parts(source_nb).values() for j in js
+              if shown.get(j.question) is None]
+    check_questions(judges, "source notebook")
+    return judges
+
+
 def seeds_for(source_nb, secret, assignment: str):
     """-> student id -> variant seed (None for a source without variants). A variant source
     without the course secret is a VariantError, raised before any grading."""

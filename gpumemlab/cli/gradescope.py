@@ -1,6 +1,8 @@
 """``gpumemlab gradescope``: pack a source notebook into a Gradescope autograder zip.
 
     gpumemlab gradescope SOURCE.ipynb OUT.zip [--late-per-day 10%] [--visibility ID=hidden]
+    gpumemlab gradescope SOURCE.ipynb OUT.zip --secret course.secret --roster roster.csv \
+        [--student-key email|sid|id]     # a source with per-student variant questions
 
 The zip's layout and what runs in the container: ``gpumemlab.classroom.gradescope_pack`` and
 ``gpumemlab.classroom.gradescope_run``; the teacher's guide: docs/QUIZZES.md.
@@ -11,7 +13,7 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
-    from gpumemlab.classroom.gradescope_config import SANDBOX_MODES, VISIBILITIES
+    from gpumemlab.classroom.gradescope_config import SANDBOX_MODES, STUDENT_KEYS, VISIBILITIES
 
     p = subparsers.add_parser(
         "gradescope", help="make a Gradescope autograder zip from a source notebook",
@@ -47,6 +49,16 @@ def register(subparsers) -> None:
     p.add_argument("--dist", type=Path, default=None,
                    help="a gpumemlab wheel or sdist to put in the zip (default: build a wheel "
                         "of this checkout)")
+    p.add_argument("--secret", type=Path, default=None,
+                   help="the course secret gpumemlab assign used (a source with per-student "
+                        "variant questions only): it goes into the zip, which is then for the "
+                        "teacher and Gradescope alone")
+    p.add_argument("--roster", type=Path, default=None,
+                   help="the roster CSV gpumemlab assign --roster used (with --secret): a "
+                        "student whose id it does not list is told so, not graded")
+    p.add_argument("--student-key", choices=STUDENT_KEYS, default=None,
+                   help="the field of Gradescope's submission metadata (users[]) that holds "
+                        "the roster's ids (with --secret; default email)")
     p.set_defaults(func=_gradescope)
 
 
@@ -64,7 +76,8 @@ def _gradescope(args) -> int:
         report = pack(args.source, args.out, assignment=args.assignment,
                       cell_timeout=args.cell_timeout, timeout=args.timeout,
                       memory_mb=args.memory_mb, sandbox=args.sandbox, late=late,
-                      visibility=args.visibility, dist=args.dist)
+                      visibility=args.visibility, dist=args.dist, secret=args.secret,
+                      roster=args.roster, student_key=args.student_key)
     except PackError as exc:
         raise CLIError(str(exc)) from None
     print(report.text())
