@@ -190,8 +190,9 @@ def _variants(source_nb, secret, roster, student_key):
         return None, None
     if secret is None or roster is None:
         raise PackError(f"the source has per-student variant questions "
-                        f"({', '.join(questions)}): give --secret FILE and --roster CSV, the "
-                        f"ones gpumemlab assign used, and --student-key")
+                        f"({', '.join(questions)}): give --secret FILE and --roster CSV (the "
+                        f"ones gpumemlab assign used) and, unless the roster's ids are emails, "
+                        f"--student-key")
     key = student_key or "email"
     try:
         return {"student_key": key, "roster": roster_ids(read_roster(roster), key)}, \
