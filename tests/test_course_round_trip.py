@@ -1,0 +1,233 @@
+"""A whole course, end to end, through the commands a teacher types: ``assign`` with per-student
+variants, honest and hostile submissions, ``grade`` with a late policy, the HTML feedback pages,
+``stats``, and the ``gradescope`` package run on a fake /autograder tree. Real grader, real
+bubblewrap sandbox, real Chromium for one feedback page."""
+import csv
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+from nbformat.v4 import new_code_cell, new_markdown_cell  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
+import make_submissions as M  # noqa: E402
+
+from gpumemlab.cli import main  # noqa: E402
+from gpumemlab.classroom import isolation  # noqa: E402
+from gpumemlab.classroom.build import student_version  # noqa: E402
+from gpumemlab.classroom.variants import PREVIEW_SEED, expected, variant_questions  # noqa: E402
+from gpumemlab.devices.simulated import SimulatedGPU  # noqa: E402
+from gpumemlab.units import KiB, MiB  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    isolation.unavailable_reason() is not None,
+    reason=f"no OS sandbox here ({isolation.unavailable_reason()}); .ci/run installs bubblewrap")
+
+UTC = timezone.utc
+DUE = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
+ROSTER = ("id,first_name,last_name,email\nalice,Alice,Liddell,alice@example.org\n"
+          "bob,Bob,Builder,bob@example.org\neve,Eve,Dropper,eve@example.org\n")
+VARIANT = "01.7"                      # a predict question of the banks: reserved MiB after ops
+ANSWER, TEST = "variant-answer", "variant-test"
+HIDDEN = "gml.quiz.assert_correct"    # every judge line is a hidden test
+
+
+def course_source(path: Path) -> Path:
+    """The fixture lab plus a per-student variant question (1 point), whose solution answers
+    the teacher's preview variant, and a late policy in the notebook's metadata."""
+    nb = nbformat.read(str(M.SOURCE), as_version=4)
+    shown = new_markdown_cell("(your own numbers appear here)")
+    shown.metadata["gpumemlab"] = {"variant": VARIANT}
+    preview = float(expected(variant_questions(_with(nb, shown))[VARIANT][0],
+                             PREVIEW_SEED).split()[0])
+    answer = new_code_cell(f"### BEGIN SOLUTION\nvariant_mib = {preview!r}\n### END SOLUTION")
+    answer.metadata["nbgrader"] = {"grade_id": ANSWER, "solution": True, "grade": False,
+                                   "locked": False, "schema_version": 3}
+    test = new_code_cell(f"assert isinstance(variant_mib, (int, float))\n"
+                         f"### BEGIN HIDDEN TESTS\n{HIDDEN}('{VARIANT}', variant_mib)\n"
+                         f"### END HIDDEN TESTS")
+    test.metadata["nbgrader"] = {"grade_id": TEST, "solution": False, "grade": True,
+                                 "points": 1, "locked": True, "schema_version": 3}
+    nb.cells += [shown, answer, test]
+    nb.metadata["gpumemlab"] = {"late": {"due": DUE.isoformat(), "per_day": "10%",
+                                         "cap": "50%"}}
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, str(path))
+    return path
+
+
+def _with(nb, cell):
+    import copy
+
+    out = copy.deepcopy(nb)
+    out.cells.append(cell)
+    return out
+
+
+def own_answer(nb) -> float:
+    """What a student gets by running the ops their own notebook shows on the simulator."""
+    cell = next(c for c in nb.cells if c.metadata.get("gpumemlab", {}).get("variant"))
+    code = re.search(r"```python\n(.*?)\n```", cell.source, re.S).group(1)
+    scope = {"SimulatedGPU": SimulatedGPU, "KiB": KiB, "MiB": MiB}
+    exec(code, scope)
+    return scope["gpu"].memory_reserved() / MiB
+
+
+def submit(folder: Path, nb, submitted: datetime):
+    folder.mkdir(parents=True)
+    nbformat.write(nb, str(folder / "lab.ipynb"))
+    (folder / "timestamp.txt").write_text(submitted.strftime("%Y-%m-%d %H:%M:%S.%f UTC"))
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("course")
+    source = course_source(tmp / "teacher" / "lab.ipynb")
+    (tmp / "roster.csv").write_text(ROSTER)
+    secret, release = tmp / "teacher" / "course.secret", tmp / "release"
+    assign = _cli(["assign", str(source), str(release), "--roster", str(tmp / "roster.csv"),
+                   "--secret", str(secret), "--cell-timeout", "30"])
+    handed = {s: nbformat.read(str(release / s / "lab.ipynb"), as_version=4)
+              for s in ("alice", "bob", "eve")}
+    answers = {s: own_answer(nb) for s, nb in handed.items()}
+    subs = tmp / "submitted"
+    right = lambda s: {**M.RIGHT, ANSWER: f"variant_mib = {answers[s]!r}"}   # noqa: E731
+    submit(subs / "alice", M.answered(handed["alice"], right("alice")),
+           DUE - timedelta(hours=2))
+    submit(subs / "bob", M.answered(handed["bob"], right("bob")),
+           DUE + timedelta(hours=30))                       # two started days late
+    # eve: wrong answers, the test cells rewritten to print "passed", and alice's variant answer
+    eve = M.hostile(handed["eve"], "edit_tests")
+    eve = M.answered(eve, {ANSWER: f"variant_mib = {answers['alice']!r}"})
+    submit(subs / "eve", eve, DUE - timedelta(minutes=5))
+    out = tmp / "out" / "grades.csv"
+    grade = _cli(["grade", str(subs), "--source", str(source), "--out", str(out),
+                  "--roster", str(tmp / "roster.csv"), "--secret", str(secret),
+                  "--cell-timeout", "30", "--timeout", "200", "--workers", "2"])
+    rows = {r["student_id"]: r for r in csv.DictReader(out.open(encoding="utf-8"))}
+    stats = _cli(["stats", str(out), "--out", str(tmp / "stats")])
+    return {"tmp": tmp, "source": source, "secret": secret, "release": release,
+            "handed": handed, "answers": answers, "assign": assign, "grade": grade,
+            "rows": rows, "out": out, "feedback": out.parent / "feedback", "stats": stats}
+
+
+def _cli(argv) -> dict:
+    """Run the real command in a child (as a teacher would), with its exit status and output."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg", GPUMEMLAB_HEADLESS="1")
+    proc = subprocess.run([sys.executable, "-m", "gpumemlab.cli", *argv], env=env,
+                          capture_output=True, text=True, timeout=900)
+    return {"status": proc.returncode, "out": proc.stdout, "err": proc.stderr}
+
+
+def test_assign_writes_each_students_own_numbers_and_checks_them(course):
+    assert course["assign"]["status"] == 0, course["assign"]
+    assert "created" in course["assign"]["out"] + course["assign"]["err"]
+    assert stat.S_IMODE(course["secret"].stat().st_mode) == 0o600
+    answers = course["answers"]
+    assert len(set(answers.values())) == 3, answers          # three students, three variants
+    for nb in course["handed"].values():
+        text = json.dumps(nb)
+        assert HIDDEN not in text and "BEGIN SOLUTION" not in text
+        assert "return max(512" not in text                    # the lab's solution
+
+
+def test_grades_follow_the_answers_the_variants_and_the_late_policy(course):
+    assert course["grade"]["status"] == 0, course["grade"]
+    rows = course["rows"]
+    assert "late policy: due 2026-12-01 17:00:00 UTC" in course["grade"]["err"]
+    alice, bob, eve = rows["alice"], rows["bob"], rows["eve"]
+    assert (alice["raw_score"], alice["late_submission_penalty"], alice["score"],
+            alice["max_score"]) == ("6", "0", "6", "6")
+    # bob: all right, 30 h late: two started days at 10 % of 6 points
+    assert (bob["raw_score"], bob["late_submission_penalty"], bob["score"]) == ("6", "1.2", "4.8")
+    # eve: rewritten tests give nothing; alice's answer is wrong for eve's variant
+    assert float(eve["raw_score"]) == 0, eve
+    assert alice["last_name"] == "Liddell" and alice["duedate"] == "2026-12-01 17:00:00 UTC"
+    items = {(r["student_id"], r["question"]): r
+             for r in csv.DictReader((course["out"].parent / "items.csv").open())}
+    assert items[("eve", TEST)]["status"] == "failed"
+    assert float(items[("eve", TEST)]["answer"]) == course["answers"]["alice"]
+    assert items[("bob", TEST)]["status"] == "passed"
+
+
+def test_the_secret_and_the_seeds_go_nowhere_a_student_sees(course):
+    secret = course["secret"].read_text().strip()
+    for path in course["out"].parent.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text(encoding="utf-8", errors="replace"), path
+
+
+def test_feedback_pages_show_own_answers_the_penalty_and_no_hidden_test(course):
+    pages = {s: (course["feedback"] / s / "feedback.html").read_text(encoding="utf-8")
+             for s in ("alice", "bob", "eve")}
+    assert f"variant_mib = {course['answers']['bob']!r}" in pages["bob"]
+    assert "Late penalty" in pages["bob"] and "Late penalty" not in pages["alice"]
+    for page in pages.values():
+        assert HIDDEN not in page and "BEGIN HIDDEN" not in page and "BEGIN SOLUTION" not in page
+    assert "return max(512" in pages["alice"]            # her own (right) answer ...
+    assert "return max(512" not in pages["eve"]          # ... never the solution to a wrong one
+    txt = (course["feedback"] / "bob" / "feedback.txt").read_text(encoding="utf-8")
+    assert "score: 4.8 / 6 (raw score 6, late penalty 1.2)" in txt and "2 days late" in txt
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no chromium here; .ci/run installs it")
+    page = course["feedback"] / "bob" / "feedback.html"
+    dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--dump-dom", page.as_uri()], capture_output=True, text=True,
+                         timeout=120).stdout
+    assert "Late penalty" in dom and "4.8" in dom and TEST in dom
+
+
+def test_stats_name_the_variant_question_and_warn_where_it_matters(course):
+    assert course["stats"]["status"] == 0, course["stats"]
+    stats = {r["item"]: r for r in
+             csv.DictReader((course["tmp"] / "stats" / "stats.csv").open(encoding="utf-8"))}
+    assert set(stats) == {"round-size-test", "reserved-test", "frag-test", TEST}
+    # alice and bob right, eve wrong on every question: two thirds right everywhere
+    for row in stats.values():
+        assert row["difficulty"] == "0.667", row
+    page = (course["tmp"] / "stats" / "stats.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64," in page and TEST in page
+
+
+def test_the_gradescope_package_grades_a_late_submission_on_a_fake_tree(course, tmp_path):
+    out = tmp_path / "lab-autograder.zip"
+    packed = _cli(["gradescope", str(M.SOURCE), str(out), "--late-per-day", "10%",
+                   "--cell-timeout", "30", "--timeout", "200"])
+    assert packed["status"] == 0, packed
+    root = tmp_path / "autograder"
+    (root / "source").mkdir(parents=True)
+    with zipfile.ZipFile(out) as zf:
+        zf.extractall(root / "source")
+        for info in zf.infolist():
+            os.chmod(root / "source" / info.filename, stat.S_IMODE(info.external_attr >> 16))
+    (root / "submission").mkdir()
+    student = student_version(nbformat.read(str(M.SOURCE), as_version=4))
+    nbformat.write(M.answered(student, M.RIGHT), str(root / "submission" / "lab.ipynb"))
+    (root / "submission_metadata.json").write_text(json.dumps({
+        "created_at": (DUE + timedelta(hours=30)).isoformat(),
+        "assignment": {"due_date": DUE.isoformat(), "late_due_date": None, "title": "Lab"},
+        "users": [{"email": "bob@example.org", "id": 2, "name": "Bob"}]}))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(GPUMEMLAB_AUTOGRADER_ROOT=str(root), GPUMEMLAB_AUTOGRADER_PYTHON=sys.executable,
+               PYTHONPATH=str(ROOT), MPLBACKEND="Agg", GPUMEMLAB_HEADLESS="1")
+    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert [(t["name"], t["score"]) for t in results["tests"]] == \
+        [("round-size-test", 2.0), ("reserved-test", 1.0), ("frag-test", 2.0)]
+    assert results["score"] == pytest.approx(4.0)            # 5 points, 2 days at 10 %
+    assert "2 days late" in results["output"] and HIDDEN not in json.dumps(results)
