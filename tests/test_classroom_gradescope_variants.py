@@ -144,9 +144,25 @@ def test_a_submission_not_tied_to_one_roster_student_is_not_graded(course):
         assert reason in res["_stdout"]   # the teacher's log says it too
 
 
-def test_a_zip_without_the_secret_for_a_variant_source_grades_nothing_and_fails_its_check(
-        course):
+def _check(root: Path):
+    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
+    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
+                           "--check"], env={"GPUMEMLAB_AUTOGRADER_ROOT": str(root),
+                                            "PYTHONPATH": str(G.CHECKOUT), "PATH": "/usr/bin"},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_zip_without_its_secret_grades_nothing_and_fails_the_image_check(course):
     root = G.unpack_tree(course["zip"], course["tmp"] / "old", None, _metadata(email="bob@x.org"))
+    proc = _check(root)
+    assert proc.returncode == 0 and "per-student variants for 3 roster ids, matched by " \
+        "Gradescope's users[].email; course secret read" in proc.stdout
+    (root / "source" / "teacher" / "course.secret").unlink()
+    proc = _check(root)
+    assert proc.returncode == 1 and "cannot read the course secret" in proc.stdout
+    res = G.run_autograder(root)
+    assert res["score"] == 0 and res["output"].startswith("The autograder is misconfigured: "
+                                                          "cannot read the course secret")
     config = root / "source" / "gpumemlab-autograder.json"
     settings = json.loads(config.read_text())
     settings["variants"] = None   # as a zip made before --secret existed
@@ -154,9 +170,5 @@ def test_a_zip_without_the_secret_for_a_variant_source_grades_nothing_and_fails_
     res = G.run_autograder(root)
     assert res["score"] == 0 and "has per-student variant questions (01.7, lab.oom) but no " \
         "course secret" in res["output"]
-    (root / "source" / "teacher" / "course.secret").unlink()
-    proc = subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
-                           "--check"], env={"GPUMEMLAB_AUTOGRADER_ROOT": str(root),
-                                            "PYTHONPATH": str(G.CHECKOUT), "PATH": "/usr/bin"},
-                          capture_output=True, text=True, timeout=120)
+    proc = _check(root)
     assert proc.returncode == 1 and "no course secret" in proc.stdout

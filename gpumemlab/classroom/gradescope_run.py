@@ -132,10 +132,9 @@ def grade_submission(root: Path, started: float) -> dict:
     """The results for the submission under ``root`` (raises only for grader bugs)."""
     from .grade import grade_one, open_run
     from .gradescope_results import results
-    from .late import LatePolicy, late_penalty
-
     from .gradescope_metadata import METADATA_NAME
     from .gradescope_variants import NotIdentified, variant_seed
+    from .late import LatePolicy, late_penalty
 
     config, source_nb = _settings(root)
     times, late_note = _times(root, config)
