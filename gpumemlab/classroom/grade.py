@@ -20,8 +20,6 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -32,13 +30,13 @@ from pathlib import Path
 
 from . import isolation, unprivileged, variants
 from .build import build_graded, student_answers, test_parts, tests_of
-from .confine import sandbox_cgroup
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
+from .worker import decode as _decode
+from .worker import run_worker as _run_worker
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
-RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 NOT_ISOLATED_NOBODY = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox), "
@@ -152,15 +150,6 @@ def read_notebook(path):
     return nbformat.read(str(path), as_version=4)
 
 
-def _kill_group(pid) -> None:
-    if not pid:
-        return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
-
-
 def _scrub(text, paths, limit=500) -> str:
     """Text for a student: the grader's own paths replaced, cleaned, capped (``scrub``)."""
     from .scrub import scrub
@@ -263,19 +252,6 @@ def _read_student(home, folder, notebook, notes, paths):
     return None
 
 
-def _decode(text, limit=RESULT_LIMIT_BYTES):
-    """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
-    if not isinstance(text, str) or len(text) > limit:
-        return None
-
-    def refuse(name):
-        raise ValueError(name)
-    try:
-        return json.loads(text, parse_constant=refuse)
-    except (ValueError, RecursionError):
-        return None
-
-
 def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
     from .answers import answer_text
     from .runner import ANSWERS_LIMIT, OUTPUT_LIMIT
@@ -311,76 +287,6 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
                      "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges,
                      "answer": answer_text(requests[gid], replies)})
     return rows
-
-
-def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
-    if run.runs_as != "nobody":
-        return _start_worker(run, base, home, io, job_path, timeout, notes)
-    with run.one_at_a_time:   # every submission is nobody: never two, nor leftovers, at once
-        unprivileged.hand_over(base, home, io)
-        try:
-            return _start_worker(run, base, home, io, job_path, timeout, notes)
-        finally:
-            unprivileged.take_back(base)
-
-
-def _start_worker(run, base, home, io, job_path, timeout, notes) -> dict:
-    inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
-    cleanup, fds, group = (lambda: None), (), None
-    if run.sandbox:
-        bound = isolation.python_roots() + ["/usr", "/etc"]
-        masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
-        argv, fds, cleanup = isolation.sandboxed_command(
-            home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
-        env = dict(os.environ)
-        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
-        if group is not None:
-            argv = group.wrap(argv)
-    else:
-        argv = unprivileged.command(inner) if run.runs_as == "nobody" else inner
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
-        env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
-    log = open(base / "worker.log", "wb")
-    since = unprivileged.boot_ticks()
-    try:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, pass_fds=fds,
-                                start_new_session=True, cwd=str(io))
-    finally:
-        cleanup()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        notes.append(f"the notebook hit the {timeout:g} s limit; tests not reached score 0")
-    finally:
-        if run.runs_as == "nobody":   # before reading: nothing of the run may write it later
-            _kill_group(proc.pid)
-            unprivileged.kill_leftovers(since)
-        state = _read_state(io / "result.json")
-        _kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
-        if not run.sandbox:
-            _kill_group(state.get("kernel_pid") if isinstance(state.get("kernel_pid"), int)
-                        else None)
-        proc.wait()
-        log.close()
-        if group is not None:
-            group.close()
-    if not state.get("finished") and not any("limit" in n for n in notes):
-        notes.append("the grader could not finish this notebook; see the test outputs")
-    return state
-
-def _read_state(path: Path) -> dict:
-    """The executor's result file, which the sandbox could have replaced by anything: a
-    regular file under the size limit holding a JSON object, or {}."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > RESULT_LIMIT_BYTES:
-            return {}
-        state = _decode(f.read(RESULT_LIMIT_BYTES + 1).decode("utf-8", "replace"))
-    return state if isinstance(state, dict) else {}
 
 
 def unsandboxed_warnings(run) -> list:
