@@ -7,6 +7,8 @@ and run the notebook executor (``runner``), kernel and all, inside a bubblewrap 
 JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
+Without the sandbox (``--no-sandbox``) a root grader runs the executor as ``nobody``
+(``unprivileged``), one submission at a time (``worker``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -229,7 +231,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             notes.append(f"a {role} cell{' (' + gid[:80] + ')' if gid else ''} stopped: "
                          f"{ev['event']}; it was skipped and the rest re-run")
     if not inside:
-        notes.insert(0, run.not_isolated_note())
+        notes.insert(0, _scrub(run.not_isolated_note(), paths, 2000))   # setpriv's reason
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
                          timestamp, notes, isolated=inside, answers=answers)

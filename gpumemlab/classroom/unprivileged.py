@@ -89,7 +89,7 @@ def probe(kit, protect=()) -> tuple:
         return f"setpriv did not run: {exc}", []
     lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
     if proc.returncode != 0:
-        return f"as nobody: {lines[-1] if lines else f'exit status {proc.returncode}'}", []
+        return lines[-1] if lines else f"setpriv: exit status {proc.returncode}", []
     try:
         return None, [tuple(x) for x in json.loads(proc.stdout.strip().splitlines()[-1])]
     except (ValueError, IndexError):
