@@ -5,7 +5,8 @@ fake ``/autograder`` trees (``GPUMEMLAB_AUTOGRADER_ROOT``) and the zip's own ``r
 runs there as Gradescope would run it, with this interpreter and checkout standing in for the
 image's venv: an honest submission on time in the sandbox; a hostile one two days late (right
 answers, plus a cell that tries to forge results.json and read the teacher's notebook); wrong
-answers where bwrap is not on PATH (the fallback, said loudly) with a broken metadata file; and
+answers where bwrap is not on PATH (the fallback, said loudly; as root, run as nobody with an
+interpreter nobody can start) with a broken metadata file; and
 the runs that grade nothing or nearly (no submission, an unreadable notebook, broken settings, a
 source naming an unknown question, a Python that does not start).
 setup.sh cannot run here (no network): it is checked by ``bash -n`` and read.
@@ -13,9 +14,11 @@ setup.sh cannot run here (no network): it is checked by ``bash -n`` and read.
 import json
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -28,6 +31,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
 import gradescope_tree as G  # noqa: E402
 import make_submissions as M  # noqa: E402
+from nobody_python import python_for_nobody  # noqa: E402
 
 from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
@@ -263,9 +267,25 @@ def _path_without_bwrap(tmp: Path) -> str:
     return f"{bin_dir}:/usr/local/bin:/usr/sbin"
 
 
-def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(packed):
+@pytest.fixture(scope="module")
+def nobody_python():
+    """An interpreter nobody can start (root only), in a folder every user may traverse."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="gml-nobody-python-"))
+    try:
+        os.chmod(folder, 0o755)
+        yield python_for_nobody(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(packed,
+                                                                             nobody_python):
     root = _tree(packed, "fallback", M.answered(_student(), M.WRONG), '{"created_at": NaN}')
-    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
+    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]),
+                          python=nobody_python or sys.executable)
     _check_shape(res)
     assert res["score"] == 0 and res["extra_data"]["isolated"] is False
     assert _rows(res) == {"round-size-test": (0, 2, "failed", "visible", "text"),
@@ -273,6 +293,11 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
                           "frag-test": (0, 2, "failed", "hidden", "text")}
     first = res["output"].splitlines()[0]
     assert first.startswith("NOT ISOLATED") and "bwrap is not installed" in first
+    if nobody_python is not None:   # root: the notebook ran as nobody, the tree locked down
+        assert "as the unprivileged user nobody" in first and "AS ROOT" not in first
+        assert {stat.S_IMODE(os.stat(root / n).st_mode) for n in ("source", "results")} \
+            == {0o700}
+        assert stat.S_IMODE(os.stat(root / "submission_metadata.json").st_mode) == 0o600
     assert "late policy NOT applied: submission_metadata.json is not JSON" in res["output"]
     assert "NOT ISOLATED" in res["_stdout"]   # the teacher's log says it too
 

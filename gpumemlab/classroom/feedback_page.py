@@ -121,7 +121,8 @@ def _header(result, assignment, text) -> list:
         out.append(f"<p class=\"when\">Submitted: "
                    f"{text(result.timestamp, limit=100, one_line=True)}</p>")
     if not getattr(result, "isolated", True):
-        out.append(f"<p class=\"warn\">{html.escape(NOT_ISOLATED)}</p>")
+        said = next((n for n in result.notes if _is_isolation_note(n)), NOT_ISOLATED)
+        out.append(f"<p class=\"warn\">{text(said, limit=2000, one_line=True)}</p>")
     return out + ["</header>"]
 
 
@@ -146,8 +147,12 @@ def _tests(result, text) -> list:
     return out + ["</tbody></table></section>"]
 
 
+def _is_isolation_note(note) -> bool:
+    return isinstance(note, str) and note.startswith("NOT ISOLATED")
+
+
 def _notes(result, text) -> list:
-    notes = [n for n in result.notes if n != NOT_ISOLATED]   # the header says it already
+    notes = [n for n in result.notes if not _is_isolation_note(n)]   # the header says it
     if not notes:
         return []
     return (["<section class=\"notes\"><h2>Notes</h2><ul>"]

@@ -7,6 +7,8 @@ and run the notebook executor (``runner``), kernel and all, inside a bubblewrap 
 JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
+Without the sandbox (``--no-sandbox``) a root grader runs the executor as ``nobody``
+(``unprivileged``), one submission at a time (``worker``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -20,26 +22,28 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import isolation, variants
+from . import isolation, unprivileged, variants
 from .build import build_graded, student_answers, test_parts, tests_of
-from .confine import sandbox_cgroup
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
+from .worker import decode as _decode
+from .worker import run_worker as _run_worker
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
-RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
+NOT_ISOLATED_NOBODY = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox), "
+                       "as the unprivileged user nobody: its code could reach the network and "
+                       "read what any user of the machine can, not the grader's own files")
 INSIDE_ONLY = "checked inside the submission"
 ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
 LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,
@@ -84,6 +88,20 @@ class GradingRun:
     limits: dict
     judges: object = None            # judging.JudgePool: answers judged in limited children
     variants: dict = field(default_factory=dict)   # variant question id -> template or None
+    runs_as: str = "sandbox"         # without it: "nobody", "root" (setpriv failed) or "user"
+    unprivileged_reason: str = ""    # why not "nobody" when the grader is root
+    exposed: list = field(default_factory=list)   # [(path, "read"|"change")] nobody can reach
+    one_at_a_time: object = field(default_factory=threading.Lock)   # "nobody": one uid for all
+
+    def not_isolated_note(self) -> str:
+        """The first note of every feedback of an unsandboxed run, saying as whom it ran."""
+        if self.runs_as == "nobody":
+            return NOT_ISOLATED_NOBODY
+        if self.runs_as == "root":
+            return (f"NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox) and "
+                    f"AS ROOT (it could not run as nobody: {self.unprivileged_reason}); its "
+                    f"code could read and change anything on the machine")
+        return NOT_ISOLATED
 
     def close(self):
         if self.judges is not None:
@@ -91,8 +109,10 @@ class GradingRun:
         shutil.rmtree(self.kit, ignore_errors=True)
 
 
-def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingRun:
-    """Validate the source, check the sandbox, write the student kit."""
+def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=None) -> GradingRun:
+    """Validate the source, check the sandbox, write the student kit. Without the sandbox, a
+    root grader checks once that the executor can run as nobody (``unprivileged``) and which
+    of ``protect`` (default: ``deny_roots``) nobody could read or change."""
     from .cells import validate_source
     from .judge import check_questions, withheld_modules
     from .kit import prepare_kit
@@ -111,28 +131,25 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None) -> GradingR
                 f"feedback file then says so)")
     kit = Path(tempfile.mkdtemp(prefix="gml-kit-"))
     prepare_kit(kit, withheld_modules(judges))
+    runs_as, why, exposed = "sandbox", "", []
+    if not sandbox:
+        runs_as = "user"
+        if isolation.running_as_root():
+            why, exposed = unprivileged.probe(kit, deny_roots if protect is None else protect)
+            runs_as = "root" if why else "nobody"
     limits = dict(LIMITS, **(limits or {}))
-    if not sandbox:   # the process limit would count every process of the grader's user
+    if runs_as in ("user", "root"):   # the process limit would count the grader's processes
         limits["processes"] = 0
     from .judging import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
-                      JudgePool(), shown)
+                      JudgePool(), shown, runs_as, why or "", exposed)
 
 
 def read_notebook(path):
     import nbformat
 
     return nbformat.read(str(path), as_version=4)
-
-
-def _kill_group(pid) -> None:
-    if not pid:
-        return
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
 
 
 def _scrub(text, paths, limit=500) -> str:
@@ -186,7 +203,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         limits = dict(run.limits, cpu_s=run.limits["cpu_s"] or int(timeout) + 60)
         job = {"notebook": f"{in_io}/graded.ipynb", "workdir": in_home, "private": in_io,
                "result": f"{in_io}/result.json", "cell_timeout": cell_timeout,
-               "runtime": "/tmp/jupyter-runtime" if inside else str(io / "runtime"),
+               "runtime": "/tmp/jupyter-runtime" if inside else str(io / unprivileged.RUNTIME),
                "seed": student_id, "pythonpath": trusted_sys_path(kit), "limits": limits,
                "executed": f"{in_io}/executed.ipynb" if keep is not None else None}
         (io / "job.json").write_text(json.dumps(job), encoding="utf-8")
@@ -214,7 +231,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             notes.append(f"a {role} cell{' (' + gid[:80] + ')' if gid else ''} stopped: "
                          f"{ev['event']}; it was skipped and the rest re-run")
     if not inside:
-        notes.insert(0, NOT_ISOLATED)
+        notes.insert(0, _scrub(run.not_isolated_note(), paths, 2000))   # setpriv's reason
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
                          timestamp, notes, isolated=inside, answers=answers)
@@ -235,19 +252,6 @@ def _read_student(home, folder, notebook, notes, paths):
         notes.append(_scrub(f"could not read the notebook: {type(exc).__name__}: {exc}",
                             paths))
     return None
-
-
-def _decode(text, limit=RESULT_LIMIT_BYTES):
-    """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
-    if not isinstance(text, str) or len(text) > limit:
-        return None
-
-    def refuse(name):
-        raise ValueError(name)
-    try:
-        return json.loads(text, parse_constant=refuse)
-    except (ValueError, RecursionError):
-        return None
 
 
 def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> list:
@@ -287,59 +291,13 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
     return rows
 
 
-def _run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
-    inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
-    cleanup, fds, group = (lambda: None), (), None
-    if run.sandbox:
-        bound = isolation.python_roots() + ["/usr", "/etc"]
-        masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
-        argv, fds, cleanup = isolation.sandboxed_command(
-            home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
-        env = dict(os.environ)
-        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
-        if group is not None:
-            argv = group.wrap(argv)
-    else:
-        argv = inner
-        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
-        env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
-    log = open(base / "worker.log", "wb")
-    try:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, pass_fds=fds,
-                                start_new_session=True, cwd=str(io))
-    finally:
-        cleanup()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        notes.append(f"the notebook hit the {timeout:g} s limit; tests not reached score 0")
-    finally:
-        state = _read_state(io / "result.json")
-        _kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
-        if not run.sandbox:
-            _kill_group(state.get("kernel_pid") if isinstance(state.get("kernel_pid"), int)
-                        else None)
-        proc.wait()
-        log.close()
-        if group is not None:
-            group.close()
-    if not state.get("finished") and not any("limit" in n for n in notes):
-        notes.append("the grader could not finish this notebook; see the test outputs")
-    return state
-
-def _read_state(path: Path) -> dict:
-    """The executor's result file, which the sandbox could have replaced by anything: a
-    regular file under the size limit holding a JSON object, or {}."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > RESULT_LIMIT_BYTES:
-            return {}
-        state = _decode(f.read(RESULT_LIMIT_BYTES + 1).decode("utf-8", "replace"))
-    return state if isinstance(state, dict) else {}
+def unsandboxed_warnings(run) -> list:
+    """Lines for the teacher: as whom unsandboxed submissions run, and what they can reach."""
+    if run.runs_as == "root":
+        return [f"WARNING: submissions run without the sandbox AS ROOT: they could not run as "
+                f"nobody ({run.unprivileged_reason})"]
+    return [f"WARNING: submissions run as nobody, who can {how} {path}: make it unreachable "
+            f"by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
 
 def _shown(student_id) -> str:
@@ -361,7 +319,10 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
     seed_of = variants.seeds_for(source_nb, secret, assignment or source_path.stem)
     subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
-    run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits)
+    run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits,
+                   protect=deny + [str(source_path.resolve())])
+    for line in unsandboxed_warnings(run):
+        print(f"gpumemlab grade: {line}", file=sys.stderr)
     run.judges.prestart(min(max(1, workers), len(subs)))
     results, n = [], len(subs)
     max_score = sum(p for _, p in tests_of(source_nb))

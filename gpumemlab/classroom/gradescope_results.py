@@ -31,12 +31,27 @@ NOT_YOUR_FAULT = ("This is not a problem with your submission: tell your teacher
                   "the autograder's log on Gradescope.")
 
 
-def not_isolated_banner(reason: str) -> str:
-    return clean_text(
-        "NOT ISOLATED: the OS sandbox (bubblewrap) could not run in this autograder container "
-        f"({reason}), so this notebook ran WITHOUT it: its code could read and change anything "
-        "the autograder can, including these results. Your teacher has been told the same.",
-        limit=2000)
+def not_isolated_banner(reason, runs_as: str = "root", why_root: str = "") -> str:
+    """The first line of the results of a notebook run without the sandbox: why (``reason``
+    None: the settings said ``sandbox: off``) and as whom (``grade.GradingRun.runs_as``)."""
+    if reason is None:
+        head = ("NOT ISOLATED: this autograder is set to run notebooks without the OS sandbox "
+                "(sandbox: off)")
+    else:
+        head = ("NOT ISOLATED: the OS sandbox (bubblewrap) could not run in this autograder "
+                f"container ({reason}), so this notebook ran WITHOUT it")
+    if runs_as == "nobody":
+        tail = (", as the unprivileged user nobody: its code could reach the network and read "
+                "what any user of the container can, but not the teacher's files or these "
+                "results.")
+    elif runs_as == "root":
+        tail = (f" and AS ROOT{f' (it could not run as nobody: {why_root})' if why_root else ''}"
+                ": its code could read and change anything the autograder can, including these "
+                "results.")
+    else:
+        tail = (": its code could read and change anything the autograder's user can, "
+                "including these results.")
+    return clean_text(head + tail + " Your teacher has been told the same.", limit=2000)
 
 
 def _formats(data: dict) -> dict:
@@ -49,11 +64,11 @@ def _formats(data: dict) -> dict:
 def results(result, visibility: dict, *, banner: str = "", notes=()) -> dict:
     """Gradescope's results for a graded ``grade.StudentResult``; ``banner`` and ``notes`` go
     first in the overall output."""
-    from .grade import NOT_ISOLATED
     from .reports import gradescope
 
     shown_later = [gid for gid, vis in visibility.items() if vis != "visible"]
-    result.notes = [_hide(n, shown_later) for n in result.notes if n != NOT_ISOLATED]
+    result.notes = [_hide(n, shown_later) for n in result.notes   # the banner says it
+                    if not n.startswith("NOT ISOLATED")]
     data = gradescope(result)
     head = [banner] if banner else []
     head.append(f"score: {data['score']:g} / {result.max_score:g}"

@@ -11,9 +11,11 @@ and ``$GPUMEMLAB_AUTOGRADER_ROOT`` when set (a test's fake tree)::
 One submission is graded the way ``gpumemlab grade`` grades each one (``grade.open_run`` and
 ``grade.grade_one``): rebuilt from the teacher's notebook, run in the bubblewrap sandbox when it
 can run in this container, else (settings ``sandbox: auto``) without it, and then the results
-say so at the top. The late penalty comes from the settings' numbers and Gradescope's times.
-A source with per-student variant questions is judged against the submitting student's own
-variant (``gradescope_variants``), or not graded when that student cannot be told.
+say so at the top. Without it, as root, the notebook runs as ``nobody`` (``unprivileged``) after
+``lock_down`` took the teacher's files, the results and the metadata out of other users' reach.
+The late penalty comes from the settings' numbers and Gradescope's times. A source with
+per-student variant questions is judged against the submitting student's own variant
+(``gradescope_variants``), or not graded when that student cannot be told.
 
 Whatever happens (no submission, an unreadable notebook, broken settings, a grader bug) a
 results.json is written: score 0 and the reason when nothing could be graded; the traceback
@@ -92,22 +94,35 @@ def _times(root: Path, config):
 
 
 def _sandbox(config):
-    """(use the sandbox?, banner for the results)."""
+    """(use the sandbox?, why not: None for ``sandbox: off``, else the reason; "" with it)."""
     from . import isolation
 
     if config["sandbox"] == "off":
-        return False, ("NOT ISOLATED: this autograder is set to run notebooks without the OS "
-                       "sandbox (sandbox: off); its code could read and change anything the "
-                       "autograder can, including these results.")
+        return False, None
     reason = isolation.unavailable_reason()
     if reason is None:
         return True, ""
     if config["sandbox"] == "require":
         raise _Refused(f"Not graded: this autograder requires the OS sandbox (bubblewrap), "
                        f"which cannot run in this container ({reason}). {NOT_YOUR_FAULT}")
-    from .gradescope_results import not_isolated_banner
+    return False, reason
 
-    return False, not_isolated_banner(reason)
+
+def lock_down(root: Path) -> None:
+    """The teacher's files, the results and Gradescope's metadata (earlier results too) out of
+    reach of other users, so that a notebook run as nobody without the sandbox cannot read or
+    change them; run before any of the submission's code."""
+    from .gradescope_metadata import METADATA_NAME
+
+    (root / "results").mkdir(mode=0o700, exist_ok=True)
+    for path, mode in ((root / "source", 0o700), (root / "results", 0o700),
+                       (root / METADATA_NAME, 0o600)):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:
+            os.chmod(path, mode)
 
 
 def _submission(root: Path, config):
@@ -130,11 +145,14 @@ def _submission(root: Path, config):
 
 def grade_submission(root: Path, started: float) -> dict:
     """The results for the submission under ``root`` (raises only for grader bugs)."""
-    from .grade import grade_one, open_run
+    from .grade import grade_one, open_run, unsandboxed_warnings
+    from .gradescope_metadata import METADATA_NAME
     from .gradescope_results import results
     from .gradescope_metadata import METADATA_NAME
     from .gradescope_variants import NotIdentified, variant_seed
     from .late import LatePolicy, late_penalty
+
+    from .gradescope_results import not_isolated_banner
 
     config, source_nb = _settings(root)
     times, late_note = _times(root, config)
@@ -142,10 +160,17 @@ def grade_submission(root: Path, started: float) -> dict:
         seed = variant_seed(root / "source" / SECRET_PATH, root / METADATA_NAME, config)
     except NotIdentified as exc:
         raise _Refused(str(exc)) from None
-    sandbox, banner = _sandbox(config)
+    sandbox, why_not = _sandbox(config)
     folder, notebook, notes = _submission(root, config)
     limits = {"memory_bytes": int(config["memory_mb"]) << 20} if config["memory_mb"] else None
-    run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())], limits=limits)
+    lock_down(root)
+    protect = [str(root.resolve() / p) for p in ("source", "results", METADATA_NAME)]
+    run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())], limits=limits,
+                   protect=protect)
+    banner = "" if sandbox else not_isolated_banner(why_not, run.runs_as,
+                                                    run.unprivileged_reason)
+    for line in unsandboxed_warnings(run):
+        print(f"gpumemlab autograder: {line}")
     try:
         result = grade_one(run, STUDENT_ID, folder, notebook,
                            cell_timeout=config["cell_timeout"], timeout=config["timeout"],

@@ -110,12 +110,17 @@ def bwrap_argv(home, io, kit, *, userns_fd=None, masks=(), seccomp_fd=None,
     return argv
 
 
-def become_nobody() -> list:
-    """bwrap keeps only what setpriv needs to become nobody; setpriv then drops every
-    capability for good (empty bounding set, no_new_privs: setuid files do nothing)."""
-    return ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
-            "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+def setpriv_nobody(setpriv: str = "setpriv") -> list:
+    """``setpriv`` becoming nobody for good: no groups, every capability dropped (an empty
+    bounding set) and no_new_privs (setuid files do nothing)."""
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+
+
+def become_nobody() -> list:
+    """bwrap keeps only what setpriv needs to become nobody; setpriv then drops the rest."""
+    return ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP",
+            *setpriv_nobody()]
 
 
 class MappedUserNamespace:

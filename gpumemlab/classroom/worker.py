@@ -1,0 +1,115 @@
+"""Start one submission's notebook executor, wait for it, kill what it left, read its result.
+
+The executor (``runner``) runs, kernel and all, in the bubblewrap sandbox (``isolation``); or,
+without the sandbox, as ``nobody`` when the grader is root (``unprivileged``: one submission at
+a time, its folders handed over for the run and taken back, every process it left behind
+killed before its result is read); or as the grader's own user. It is killed at the notebook's
+wall limit. Its result file is the one thing read back, as untrusted JSON.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from . import isolation, unprivileged
+from .confine import sandbox_cgroup
+
+RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
+
+
+def kill_group(pid) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+
+
+def decode(text, limit=RESULT_LIMIT_BYTES):
+    """Answers JSON from the sandbox: plain data or None (NaN, huge, deep: None)."""
+    if not isinstance(text, str) or len(text) > limit:
+        return None
+
+    def refuse(name):
+        raise ValueError(name)
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
+def run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
+    """Run the executor of one prepared submission (``grade.grade_one``) -> its result."""
+    if run.runs_as != "nobody":
+        return _start_worker(run, base, home, io, job_path, timeout, notes)
+    with run.one_at_a_time:   # every submission is nobody: never two, nor leftovers, at once
+        unprivileged.hand_over(base, home, io)
+        try:
+            return _start_worker(run, base, home, io, job_path, timeout, notes)
+        finally:
+            unprivileged.take_back(base)
+
+
+def _start_worker(run, base, home, io, job_path, timeout, notes) -> dict:
+    inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
+    cleanup, fds, group = (lambda: None), (), None
+    if run.sandbox:
+        bound = isolation.python_roots() + ["/usr", "/etc"]
+        masks = [d for d in run.deny_roots if any(d.startswith(b + os.sep) for b in bound)]
+        argv, fds, cleanup = isolation.sandboxed_command(
+            home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
+        env = dict(os.environ)
+        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
+        if group is not None:
+            argv = group.wrap(argv)
+    else:
+        argv = unprivileged.command(inner) if run.runs_as == "nobody" else inner
+        env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
+        env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
+    log = open(base / "worker.log", "wb")
+    since = unprivileged.boot_ticks()
+    try:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=env, pass_fds=fds,
+                                start_new_session=True, cwd=str(io))
+    finally:
+        cleanup()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        notes.append(f"the notebook hit the {timeout:g} s limit; tests not reached score 0")
+    finally:
+        if run.runs_as == "nobody":   # before reading: nothing of the run may write it later
+            kill_group(proc.pid)
+            unprivileged.kill_leftovers(since)
+        state = read_state(io / "result.json")
+        kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
+        if run.runs_as in ("user", "root"):   # nobody's are all dead; this pid is untrusted
+            kill_group(state.get("kernel_pid") if isinstance(state.get("kernel_pid"), int)
+                        else None)
+        proc.wait()
+        log.close()
+        if group is not None:
+            group.close()
+    if not state.get("finished") and not any("limit" in n for n in notes):
+        notes.append("the grader could not finish this notebook; see the test outputs")
+    return state
+
+
+def read_state(path: Path) -> dict:
+    """The executor's result file, which the sandbox could have replaced by anything: a
+    regular file under the size limit holding a JSON object, or {}."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not (st.st_mode & 0o170000 == 0o100000) or st.st_size > RESULT_LIMIT_BYTES:
+            return {}
+        state = decode(f.read(RESULT_LIMIT_BYTES + 1).decode("utf-8", "replace"))
+    return state if isinstance(state, dict) else {}
