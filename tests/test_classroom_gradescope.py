@@ -294,7 +294,7 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
     first = res["output"].splitlines()[0]
     assert first.startswith("NOT ISOLATED") and "bwrap is not installed" in first
     if nobody_python is not None:   # root: the notebook ran as nobody, the tree locked down
-        assert "as the unprivileged user nobody" in first and "AS ROOT" not in first
+        assert "as an unprivileged user of its own" in first and "AS ROOT" not in first
         assert {stat.S_IMODE(os.stat(root / n).st_mode) for n in ("source", "results")} \
             == {0o700}
         assert stat.S_IMODE(os.stat(root / "submission_metadata.json").st_mode) == 0o600

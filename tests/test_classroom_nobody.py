@@ -1,4 +1,5 @@
-"""``grade --no-sandbox`` run by root: the submissions' code runs as ``nobody`` (``unprivileged``).
+"""``grade --no-sandbox`` run by root: the submissions' code runs as an unprivileged uid of its own
+(``unprivileged``).
 
 One real grading run without bubblewrap (``gpumemlab grade --no-sandbox`` with an interpreter
 nobody can start: ``fixtures/classroom/nobody_python.py``), two submissions: an honest one, and a hostile one
@@ -28,7 +29,7 @@ sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
 import make_submissions as M  # noqa: E402
 from nobody_python import python_for_nobody  # noqa: E402
 
-from gpumemlab.classroom import grade  # noqa: E402
+from gpumemlab.classroom import grade, unprivileged  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -136,7 +137,8 @@ def test_both_score_full_and_their_feedback_says_as_whom_they_ran(course, graded
 
 def test_the_code_ran_as_nobody_and_reached_neither_the_teacher_nor_the_grades(course, graded):
     report = json.loads((course["box"] / "report.json").read_text())
-    assert report["ids"] == [65534] * 4
+    uid = report["ids"][0]   # a uid of the run's own: no account, no other process
+    assert report["ids"] == [uid] * 4 and uid >= unprivileged.UID_FIRST
     assert (report["read_source"], report["forge"], report["append_grades"]) == (EACCES,) * 3
     assert not (course["out"] / "forged.txt").exists()
     assert "x" not in (course["out"] / "grades.csv").read_text().splitlines()[-1]
@@ -149,7 +151,8 @@ def test_the_setsid_process_left_behind_was_killed(course, graded):
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         status = ""   # gone: killed and reaped
-    alive = status and "\nState:\tZ" not in status and "\nUid:\t65534" in status
+    uid = json.loads((course["box"] / "report.json").read_text())["ids"][0]
+    alive = status and "\nState:\tZ" not in status and f"\nUid:\t{uid}\t" in status
     assert not alive, status
     # the shell would write late.txt 5 s after it started; wait past that and look
     wait = (course["box"] / "leftover.pid").stat().st_mtime + 7 - time.time()
@@ -184,3 +187,26 @@ def test_without_setpriv_the_run_says_it_runs_as_root(tmp_path, monkeypatch):
         assert any("AS ROOT" in w for w in grade.unsandboxed_warnings(run))
     finally:
         run.close()
+
+
+def test_a_runs_cleanup_kills_its_own_uid_only(tmp_path):
+    """Leftovers are killed by the run's own uid: a sandboxed kernel (nobody) or another run's
+    processes, alive at the same time, are untouched."""
+    uid = unprivileged.pick_uid()
+    other = unprivileged.pick_uid()
+    procs = {}
+    try:
+        assert uid != other and not unprivileged._processes_of(uid)
+        for name, who in (("mine", uid), ("other_run", other), ("sandbox", 65534)):
+            procs[name] = subprocess.Popen(unprivileged.command(["sleep", "60"], who),
+                                           start_new_session=True)
+        time.sleep(0.5)
+        assert unprivileged.kill_leftovers(0, uid) == 1
+        assert procs["mine"].wait(timeout=10) == -9
+        assert procs["other_run"].poll() is None and procs["sandbox"].poll() is None
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+        unprivileged.release_uid(uid)
+        unprivileged.release_uid(other)

@@ -7,8 +7,8 @@ and run the notebook executor (``runner``), kernel and all, inside a bubblewrap 
 JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
 answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
-Without the sandbox (``--no-sandbox``) a root grader runs the executor as ``nobody``
-(``unprivileged``), one submission at a time (``worker``).
+Without the sandbox (``--no-sandbox``) a root grader runs each executor as an unprivileged uid
+of its own (``unprivileged``, ``worker``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -24,7 +24,6 @@ import secrets
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", 
 NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox); its "
                 "code could read and change anything the grader's user can")
 NOT_ISOLATED_NOBODY = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox), "
-                       "as the unprivileged user nobody: its code could reach the network and "
+                       "as an unprivileged user of its own: its code could reach the network and "
                        "read what any user of the machine can, not the grader's own files")
 INSIDE_ONLY = "checked inside the submission"
 ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
@@ -90,8 +89,7 @@ class GradingRun:
     variants: dict = field(default_factory=dict)   # variant question id -> template or None
     runs_as: str = "sandbox"         # without it: "nobody", "root" (setpriv failed) or "user"
     unprivileged_reason: str = ""    # why not "nobody" when the grader is root
-    exposed: list = field(default_factory=list)   # [(path, "read"|"change")] nobody can reach
-    one_at_a_time: object = field(default_factory=threading.Lock)   # "nobody": one uid for all
+    exposed: list = field(default_factory=list)   # [(path, "read"|"change")] any user reaches
 
     def not_isolated_note(self) -> str:
         """The first note of every feedback of an unsandboxed run, saying as whom it ran."""
@@ -99,7 +97,8 @@ class GradingRun:
             return NOT_ISOLATED_NOBODY
         if self.runs_as == "root":
             return (f"NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox) and "
-                    f"AS ROOT (it could not run as nobody: {self.unprivileged_reason}); its "
+                    f"AS ROOT (it could not run as an unprivileged user: "
+                    f"{self.unprivileged_reason}); its "
                     f"code could read and change anything on the machine")
         return NOT_ISOLATED
 
@@ -111,8 +110,8 @@ class GradingRun:
 
 def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=None) -> GradingRun:
     """Validate the source, check the sandbox, write the student kit. Without the sandbox, a
-    root grader checks once that the executor can run as nobody (``unprivileged``) and which
-    of ``protect`` (default: ``deny_roots``) nobody could read or change."""
+    root grader checks once that the executor can run as an unprivileged user (``unprivileged``)
+    and which of ``protect`` (default: ``deny_roots``) such a user could read or change."""
     from .cells import validate_source
     from .judge import check_questions, withheld_modules
     from .kit import prepare_kit
@@ -295,9 +294,9 @@ def unsandboxed_warnings(run) -> list:
     """Lines for the teacher: as whom unsandboxed submissions run, and what they can reach."""
     if run.runs_as == "root":
         return [f"WARNING: submissions run without the sandbox AS ROOT: they could not run as "
-                f"nobody ({run.unprivileged_reason})"]
-    return [f"WARNING: submissions run as nobody, who can {how} {path}: make it unreachable "
-            f"by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
+                f"an unprivileged user ({run.unprivileged_reason})"]
+    return [f"WARNING: submissions run as an unprivileged user, who can {how} {path}: make it "
+            f"unreachable by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
 
 def _shown(student_id) -> str:

@@ -41,11 +41,11 @@ def not_isolated_banner(reason, runs_as: str = "root", why_root: str = "") -> st
         head = ("NOT ISOLATED: the OS sandbox (bubblewrap) could not run in this autograder "
                 f"container ({reason}), so this notebook ran WITHOUT it")
     if runs_as == "nobody":
-        tail = (", as the unprivileged user nobody: its code could reach the network and read "
+        tail = (", as an unprivileged user of its own: its code could reach the network and read "
                 "what any user of the container can, but not the teacher's files or these "
                 "results.")
     elif runs_as == "root":
-        tail = (f" and AS ROOT{f' (it could not run as nobody: {why_root})' if why_root else ''}"
+        tail = (f" and AS ROOT{f' (it could not run as an unprivileged user: {why_root})' if why_root else ''}"
                 ": its code could read and change anything the autograder can, including these "
                 "results.")
     else:

@@ -11,8 +11,9 @@ and ``$GPUMEMLAB_AUTOGRADER_ROOT`` when set (a test's fake tree)::
 One submission is graded the way ``gpumemlab grade`` grades each one (``grade.open_run`` and
 ``grade.grade_one``): rebuilt from the teacher's notebook, run in the bubblewrap sandbox when it
 can run in this container, else (settings ``sandbox: auto``) without it, and then the results
-say so at the top. Without it, as root, the notebook runs as ``nobody`` (``unprivileged``) after
-``lock_down`` took the teacher's files, the results and the metadata out of other users' reach.
+say so at the top. Without it, as root, the notebook runs as an unprivileged uid of its own
+(``unprivileged``) after ``lock_down`` took the teacher's files, the results and the metadata out
+of other users' reach.
 The late penalty comes from the settings' numbers and Gradescope's times. A source with
 per-student variant questions is judged against the submitting student's own variant
 (``gradescope_variants``), or not graded when that student cannot be told.
@@ -110,7 +111,7 @@ def _sandbox(config):
 
 def lock_down(root: Path) -> None:
     """The teacher's files, the results and Gradescope's metadata (earlier results too) out of
-    reach of other users, so that a notebook run as nobody without the sandbox cannot read or
+    reach of other users, so that a notebook run as an unprivileged user without the sandbox cannot read or
     change them; run before any of the submission's code."""
     from .gradescope_metadata import METADATA_NAME
 

@@ -110,10 +110,10 @@ def bwrap_argv(home, io, kit, *, userns_fd=None, masks=(), seccomp_fd=None,
     return argv
 
 
-def setpriv_nobody(setpriv: str = "setpriv") -> list:
-    """``setpriv`` becoming nobody for good: no groups, every capability dropped (an empty
-    bounding set) and no_new_privs (setuid files do nothing)."""
-    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+def setpriv_nobody(setpriv: str = "setpriv", uid: int = NOBODY) -> list:
+    """``setpriv`` becoming ``uid`` (nobody by default) for good: no groups, every capability
+    dropped (an empty bounding set) and no_new_privs (setuid files do nothing)."""
+    return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
 
 
@@ -159,14 +159,14 @@ class MappedUserNamespace:
             self.fd = None
 
 
-def give_to_sandbox(io) -> None:
-    """Make the exchange files the sandbox writes its own (nobody's, when the grader is root)."""
+def give_to_sandbox(io, uid: int = NOBODY) -> None:
+    """Make the exchange files the sandbox writes its own (``uid``'s, when the grader is root)."""
     for name in WRITABLE_IO:
         path = Path(io) / name
         if path.is_file():
             os.chmod(path, 0o666)
             if running_as_root():
-                os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
+                os.chown(path, uid, uid, follow_symlinks=False)
 
 
 def home_files(home) -> tuple:

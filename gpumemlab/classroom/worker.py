@@ -1,8 +1,8 @@
 """Start one submission's notebook executor, wait for it, kill what it left, read its result.
 
 The executor (``runner``) runs, kernel and all, in the bubblewrap sandbox (``isolation``); or,
-without the sandbox, as ``nobody`` when the grader is root (``unprivileged``: one submission at
-a time, its folders handed over for the run and taken back, every process it left behind
+without the sandbox, as an unprivileged uid of its own when the grader is root
+(``unprivileged``: its folders handed over for the run and taken back, every process of that uid
 killed before its result is read); or as the grader's own user. It is killed at the notebook's
 wall limit. Its result file is the one thing read back, as untrusted JSON.
 """
@@ -47,15 +47,16 @@ def run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
     """Run the executor of one prepared submission (``grade.grade_one``) -> its result."""
     if run.runs_as != "nobody":
         return _start_worker(run, base, home, io, job_path, timeout, notes)
-    with run.one_at_a_time:   # every submission is nobody: never two, nor leftovers, at once
-        unprivileged.hand_over(base, home, io)
-        try:
-            return _start_worker(run, base, home, io, job_path, timeout, notes)
-        finally:
-            unprivileged.take_back(base)
+    uid = unprivileged.pick_uid()   # this run's alone: its leftovers are killed by uid
+    try:
+        unprivileged.hand_over(base, home, io, uid)
+        return _start_worker(run, base, home, io, job_path, timeout, notes, uid)
+    finally:
+        unprivileged.take_back(base)
+        unprivileged.release_uid(uid)
 
 
-def _start_worker(run, base, home, io, job_path, timeout, notes) -> dict:
+def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None) -> dict:
     inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
     cleanup, fds, group = (lambda: None), (), None
     if run.sandbox:
@@ -68,7 +69,7 @@ def _start_worker(run, base, home, io, job_path, timeout, notes) -> dict:
         if group is not None:
             argv = group.wrap(argv)
     else:
-        argv = unprivileged.command(inner) if run.runs_as == "nobody" else inner
+        argv = unprivileged.command(inner, uid) if run.runs_as == "nobody" else inner
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
         env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
     log = open(base / "worker.log", "wb")
@@ -85,7 +86,7 @@ def _start_worker(run, base, home, io, job_path, timeout, notes) -> dict:
     finally:
         if run.runs_as == "nobody":   # before reading: nothing of the run may write it later
             kill_group(proc.pid)
-            unprivileged.kill_leftovers(since)
+            unprivileged.kill_leftovers(since, uid)
         state = read_state(io / "result.json")
         kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
         if run.runs_as in ("user", "root"):   # nobody's are all dead; this pid is untrusted
