@@ -1,6 +1,6 @@
 """A whole course, end to end, through the commands a teacher types: ``assign`` with per-student
 variants, honest and hostile submissions, ``grade`` with a late policy, the HTML feedback pages,
-``stats``, and the ``gradescope`` package run on a fake /autograder tree. Real grader, real
+``stats``, and the ``gradescope`` package of the same course run on a fake /autograder tree. Real grader, real
 bubblewrap sandbox, real Chromium for one feedback page."""
 import csv
 import json
@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -23,10 +22,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE / "fixtures" / "classroom"))
 import make_submissions as M  # noqa: E402
+from gradescope_tree import run_autograder, unpack_tree  # noqa: E402
 
 from gpumemlab.cli import main  # noqa: E402
 from gpumemlab.classroom import isolation  # noqa: E402
-from gpumemlab.classroom.build import student_version  # noqa: E402
 from gpumemlab.classroom.variants import PREVIEW_SEED, expected, variant_questions  # noqa: E402
 from gpumemlab.devices.simulated import SimulatedGPU  # noqa: E402
 from gpumemlab.units import KiB, MiB  # noqa: E402
@@ -37,8 +36,10 @@ pytestmark = pytest.mark.skipif(
 
 UTC = timezone.utc
 DUE = datetime(2026, 12, 1, 17, 0, tzinfo=UTC)
-ROSTER = ("id,first_name,last_name,email\nalice,Alice,Liddell,alice@example.org\n"
-          "bob,Bob,Builder,bob@example.org\neve,Eve,Dropper,eve@example.org\n")
+# ids are the students' emails: the field Gradescope's metadata names them by, too
+ALICE, BOB, EVE = "alice@example.org", "bob@example.org", "eve@example.org"
+ROSTER = (f"id,first_name,last_name,email\n{ALICE},Alice,Liddell,{ALICE}\n"
+          f"{BOB},Bob,Builder,{BOB}\n{EVE},Eve,Dropper,{EVE}\n")
 VARIANT = "01.7"                      # a predict question of the banks: reserved MiB after ops
 ANSWER, TEST = "variant-answer", "variant-test"
 HIDDEN = "gml.quiz.assert_correct"    # every judge line is a hidden test
@@ -100,18 +101,18 @@ def course(tmp_path_factory):
     assign = _cli(["assign", str(source), str(release), "--roster", str(tmp / "roster.csv"),
                    "--secret", str(secret), "--cell-timeout", "30"])
     handed = {s: nbformat.read(str(release / s / "lab.ipynb"), as_version=4)
-              for s in ("alice", "bob", "eve")}
+              for s in (ALICE, BOB, EVE)}
     answers = {s: own_answer(nb) for s, nb in handed.items()}
     subs = tmp / "submitted"
     right = lambda s: {**M.RIGHT, ANSWER: f"variant_mib = {answers[s]!r}"}   # noqa: E731
-    submit(subs / "alice", M.answered(handed["alice"], right("alice")),
+    submit(subs / ALICE, M.answered(handed[ALICE], right(ALICE)),
            DUE - timedelta(hours=2))
-    submit(subs / "bob", M.answered(handed["bob"], right("bob")),
+    submit(subs / BOB, M.answered(handed[BOB], right(BOB)),
            DUE + timedelta(hours=30))                       # two started days late
     # eve: wrong answers, the test cells rewritten to print "passed", and alice's variant answer
-    eve = M.hostile(handed["eve"], "edit_tests")
-    eve = M.answered(eve, {ANSWER: f"variant_mib = {answers['alice']!r}"})
-    submit(subs / "eve", eve, DUE - timedelta(minutes=5))
+    eve = M.hostile(handed[EVE], "edit_tests")
+    eve = M.answered(eve, {ANSWER: f"variant_mib = {answers[ALICE]!r}"})
+    submit(subs / EVE, eve, DUE - timedelta(minutes=5))
     out = tmp / "out" / "grades.csv"
     grade = _cli(["grade", str(subs), "--source", str(source), "--out", str(out),
                   "--roster", str(tmp / "roster.csv"), "--secret", str(secret),
@@ -147,7 +148,7 @@ def test_grades_follow_the_answers_the_variants_and_the_late_policy(course):
     assert course["grade"]["status"] == 0, course["grade"]
     rows = course["rows"]
     assert "late policy: due 2026-12-01 17:00:00 UTC" in course["grade"]["err"]
-    alice, bob, eve = rows["alice"], rows["bob"], rows["eve"]
+    alice, bob, eve = rows[ALICE], rows[BOB], rows[EVE]
     assert (alice["raw_score"], alice["late_submission_penalty"], alice["score"],
             alice["max_score"]) == ("6", "0", "6", "6")
     # bob: all right, 30 h late: two started days at 10 % of 6 points
@@ -157,9 +158,9 @@ def test_grades_follow_the_answers_the_variants_and_the_late_policy(course):
     assert alice["last_name"] == "Liddell" and alice["duedate"] == "2026-12-01 17:00:00 UTC"
     items = {(r["student_id"], r["question"]): r
              for r in csv.DictReader((course["out"].parent / "items.csv").open())}
-    assert items[("eve", TEST)]["status"] == "failed"
-    assert float(items[("eve", TEST)]["answer"]) == course["answers"]["alice"]
-    assert items[("bob", TEST)]["status"] == "passed"
+    assert items[(EVE, TEST)]["status"] == "failed"
+    assert float(items[(EVE, TEST)]["answer"]) == course["answers"][ALICE]
+    assert items[(BOB, TEST)]["status"] == "passed"
 
 
 def test_the_secret_and_the_seeds_go_nowhere_a_student_sees(course):
@@ -171,19 +172,19 @@ def test_the_secret_and_the_seeds_go_nowhere_a_student_sees(course):
 
 def test_feedback_pages_show_own_answers_the_penalty_and_no_hidden_test(course):
     pages = {s: (course["feedback"] / s / "feedback.html").read_text(encoding="utf-8")
-             for s in ("alice", "bob", "eve")}
-    assert f"variant_mib = {course['answers']['bob']!r}" in pages["bob"]
-    assert "Late penalty" in pages["bob"] and "Late penalty" not in pages["alice"]
+             for s in (ALICE, BOB, EVE)}
+    assert f"variant_mib = {course['answers'][BOB]!r}" in pages[BOB]
+    assert "Late penalty" in pages[BOB] and "Late penalty" not in pages[ALICE]
     for page in pages.values():
         assert HIDDEN not in page and "BEGIN HIDDEN" not in page and "BEGIN SOLUTION" not in page
-    assert "return max(512" in pages["alice"]            # her own (right) answer ...
-    assert "return max(512" not in pages["eve"]          # ... never the solution to a wrong one
-    txt = (course["feedback"] / "bob" / "feedback.txt").read_text(encoding="utf-8")
+    assert "return max(512" in pages[ALICE]            # her own (right) answer ...
+    assert "return max(512" not in pages[EVE]          # ... never the solution to a wrong one
+    txt = (course["feedback"] / BOB / "feedback.txt").read_text(encoding="utf-8")
     assert "score: 4.8 / 6 (raw score 6, late penalty 1.2)" in txt and "2 days late" in txt
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         pytest.skip("no chromium here; .ci/run installs it")
-    page = course["feedback"] / "bob" / "feedback.html"
+    page = course["feedback"] / BOB / "feedback.html"
     dom = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
                           "--dump-dom", page.as_uri()], capture_output=True, text=True,
                          timeout=120).stdout
@@ -202,32 +203,24 @@ def test_stats_name_the_variant_question_and_warn_where_it_matters(course):
     assert "data:image/png;base64," in page and TEST in page
 
 
-def test_the_gradescope_package_grades_a_late_submission_on_a_fake_tree(course, tmp_path):
+def test_the_gradescope_package_grades_the_same_course_on_a_fake_tree(course, tmp_path):
+    """The same source, variants and all, packed for Gradescope: bob's notebook handed in there
+    30 h late is judged against his own variant, with the same late penalty."""
     out = tmp_path / "lab-autograder.zip"
-    packed = _cli(["gradescope", str(M.SOURCE), str(out), "--late-per-day", "10%",
-                   "--cell-timeout", "30", "--timeout", "200"])
+    packed = _cli(["gradescope", str(course["source"]), str(out), "--secret",
+                   str(course["secret"]), "--roster", str(course["tmp"] / "roster.csv"),
+                   "--student-key", "email", "--cell-timeout", "30", "--timeout", "200"])
     assert packed["status"] == 0, packed
-    root = tmp_path / "autograder"
-    (root / "source").mkdir(parents=True)
-    with zipfile.ZipFile(out) as zf:
-        zf.extractall(root / "source")
-        for info in zf.infolist():
-            os.chmod(root / "source" / info.filename, stat.S_IMODE(info.external_attr >> 16))
-    (root / "submission").mkdir()
-    student = student_version(nbformat.read(str(M.SOURCE), as_version=4))
-    nbformat.write(M.answered(student, M.RIGHT), str(root / "submission" / "lab.ipynb"))
-    (root / "submission_metadata.json").write_text(json.dumps({
-        "created_at": (DUE + timedelta(hours=30)).isoformat(),
-        "assignment": {"due_date": DUE.isoformat(), "late_due_date": None, "title": "Lab"},
-        "users": [{"email": "bob@example.org", "id": 2, "name": "Bob"}]}))
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(GPUMEMLAB_AUTOGRADER_ROOT=str(root), GPUMEMLAB_AUTOGRADER_PYTHON=sys.executable,
-               PYTHONPATH=str(ROOT), MPLBACKEND="Agg", GPUMEMLAB_HEADLESS="1")
-    proc = subprocess.run([str(root / "source" / "run_autograder")], cwd=root, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+    assert "TEACHER ONLY" in packed["out"] + packed["err"]
+    bob = nbformat.read(str(course["tmp"] / "submitted" / BOB / "lab.ipynb"), as_version=4)
+    metadata = {"created_at": (DUE + timedelta(hours=30)).isoformat(),
+                "assignment": {"due_date": DUE.isoformat(), "late_due_date": None,
+                               "title": "Lab"},
+                "users": [{"email": "Bob@Example.org", "id": 2, "name": "Bob"}]}
+    results = run_autograder(unpack_tree(out, tmp_path / "autograder", bob, metadata))
     assert [(t["name"], t["score"]) for t in results["tests"]] == \
-        [("round-size-test", 2.0), ("reserved-test", 1.0), ("frag-test", 2.0)]
-    assert results["score"] == pytest.approx(4.0)            # 5 points, 2 days at 10 %
-    assert "2 days late" in results["output"] and HIDDEN not in json.dumps(results)
+        [("round-size-test", 2.0), ("reserved-test", 1.0), ("frag-test", 2.0), (TEST, 1.0)]
+    assert results["score"] == pytest.approx(4.8)            # 6 points, 2 days at 10 %
+    assert "2 days late" in results["output"]
+    shown = json.dumps(results)
+    assert HIDDEN not in shown and course["secret"].read_text().strip() not in shown

@@ -49,14 +49,7 @@ def register(subparsers) -> None:
                    help="due date, ISO 8601 (2026-12-01T17:00+01:00; a date alone is the end "
                         "of that day, a time without a zone is UTC); default: the source's "
                         "metadata.gpumemlab.late.due")
-    g.add_argument("--late-per-day", default=None, metavar="FRACTION",
-                   help="late penalty per started day past the due date: 0.1 or 10%% of the "
-                        "maximum score (default 0: lateness is reported, not penalised)")
-    g.add_argument("--late-cap", default=None, metavar="FRACTION",
-                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
-    g.add_argument("--grace", default=None, metavar="DURATION",
-                   help="submissions this long after the due date count as on time: 15m, 2h, "
-                        "1d (default 0)")
+    add_late_options(g, "the due date")
     g.add_argument("--roster", type=Path, default=None,
                    help="CSV with id,first_name,last_name,email")
     g.add_argument("--secret", type=Path, default=None,
@@ -78,6 +71,19 @@ def register(subparsers) -> None:
     g.set_defaults(func=_grade)
 
     certificate_cli.add_parser(subparsers, _certificate)
+
+
+def add_late_options(p, due: str) -> None:
+    """The late policy's numbers (``classroom.late``), for ``grade`` and ``gradescope``."""
+    p.add_argument("--late-per-day", default=None, metavar="FRACTION",
+                   help=f"late penalty per started day past {due}: 0.1 or 10%% of the maximum "
+                        f"score (default: the source's metadata.gpumemlab.late, else 0: "
+                        f"lateness is reported, not penalised)")
+    p.add_argument("--late-cap", default=None, metavar="FRACTION",
+                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
+    p.add_argument("--grace", default=None, metavar="DURATION",
+                   help="submissions this long after the due date count as on time: 15m, 2h, "
+                        "1d (default 0)")
 
 
 def _error(msg):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .classroom import add_late_options
+
 
 def register(subparsers) -> None:
     from gpumemlab.classroom.gradescope_config import SANDBOX_MODES, STUDENT_KEYS, VISIBILITIES
@@ -29,15 +31,7 @@ def register(subparsers) -> None:
                    help="seconds per notebook (300; keep it under Gradescope's own limit)")
     p.add_argument("--memory-mb", type=int, default=None,
                    help="address-space limit per sandboxed process in MiB (8192)")
-    p.add_argument("--late-per-day", default=None, metavar="FRACTION",
-                   help="late penalty per started day past Gradescope's due date: 0.1 or 10%% "
-                        "of the maximum score (default: the source's metadata.gpumemlab.late, "
-                        "else 0: lateness is reported, not penalised)")
-    p.add_argument("--late-cap", default=None, metavar="FRACTION",
-                   help="largest late penalty, a fraction of the maximum score (default 100%%)")
-    p.add_argument("--grace", default=None, metavar="DURATION",
-                   help="submissions this long after the due date count as on time: 15m, 2h, "
-                        "1d (default 0)")
+    add_late_options(p, "Gradescope's due date")
     p.add_argument("--visibility", action="append", default=[], metavar="GRADE_ID=VISIBILITY",
                    help=f"who sees a test's result on Gradescope: {', '.join(VISIBILITIES)} "
                         f"(default: the test cell's metadata.gpumemlab.visibility, else "
