@@ -96,10 +96,8 @@ def _num(x) -> str:
 def _header(result, assignment, text) -> list:
     tests = result.tests
     passed = sum(t["status"] == "passed" for t in tests)
-    raw = sum(t["score"] for t in tests) if tests else result.score
-    penalty = float(getattr(result, "penalty", 0.0) or 0.0)
-    late = getattr(result, "late_text", "") or ""
-    final = max(0.0, raw - penalty) if penalty > 0 else raw
+    raw, final = result.score, result.final_score
+    penalty, late = result.penalty, result.late_text
     top = result.max_score
     pct = f" <span class=\"pct\">({final / top:.0%})</span>" if top > 0 else ""
     width = f"{max(0.0, min(1.0, final / top)) * 100:.1f}" if top > 0 else "0"
@@ -160,7 +158,7 @@ def _notes(result, text) -> list:
 
 
 def _answers(result, text) -> list:
-    answers = getattr(result, "answers", None) or {}
+    answers = result.answers
     out = ["<section class=\"answers\"><h2>Your answers</h2>"]
     if not answers:
         return out + ["<p class=\"none\">No answer cell was found in the submission.</p>"

@@ -83,22 +83,15 @@ def write_csv(results, path, *, assignment: str, duedate: str = "", roster=None)
             writer.writerow([cell_text(x) for x in (
                 assignment, duedate, r.timestamp, r.student_id, who.get("last_name", ""),
                 who.get("first_name", ""), who.get("email", ""))] +
-                [f"{r.score:g}", f"{getattr(r, 'penalty', 0.0):g}", f"{_final(r):g}",
-                 f"{r.max_score:g}"])
-
-
-def _final(result) -> float:
-    """The score after the late penalty (nbgrader: score = raw_score - penalty)."""
-    return max(result.score - getattr(result, "penalty", 0.0), 0.0)
+                [f"{r.score:g}", f"{r.penalty:g}", f"{r.final_score:g}", f"{r.max_score:g}"])
 
 
 def _late_lines(result) -> list:
-    text = getattr(result, "late_text", "")
-    return [f"late: {text}"] if text else []
+    return [f"late: {result.late_text}"] if result.late_text else []
 
 
 def gradescope(result) -> dict:
-    return {"score": _final(result),
+    return {"score": result.final_score,
             "execution_time": round(result.seconds, 2),
             "output": clean_text("\n".join(_late_lines(result) + result.notes),
                                  limit=FEEDBACK_LIMIT),
@@ -112,8 +105,8 @@ def gradescope(result) -> dict:
 def feedback_text(result, assignment: str) -> str:
     lines = [f"{assignment}: feedback for "
              f"{clean_text(display_id(result.student_id), keep_newlines=False)}",
-             f"score: {_final(result):g} / {result.max_score:g}"]
-    if getattr(result, "penalty", 0.0):
+             f"score: {result.final_score:g} / {result.max_score:g}"]
+    if result.penalty:
         lines[-1] += f" (raw score {result.score:g}, late penalty {result.penalty:g})"
     lines += _late_lines(result) + [""]
     if not getattr(result, "isolated", True):
