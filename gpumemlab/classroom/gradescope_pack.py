@@ -203,15 +203,11 @@ def _variants(source_nb, secret, roster, student_key):
 
 def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sandbox, late,
             visibility, variants=None) -> dict:
-    from .late import parse_duration, parse_fraction
+    from .late import policy_numbers
 
     late = dict(late or {})
     try:
-        policy = {"per_day": parse_fraction(late.get("per_day") or 0, "late penalty per day"),
-                  "cap": parse_fraction(late["cap"], "late penalty cap")
-                  if late.get("cap") not in (None, "") else 1.0,
-                  "grace_s": parse_duration(late["grace"]) if late.get("grace") not in
-                  (None, "") else 0.0}
+        policy = policy_numbers(late.get("per_day") or 0, late.get("cap"), late.get("grace"))
         config = {"format": FORMAT, "assignment": assignment, "notebook": name,
                   "cell_timeout": cell_timeout, "timeout": timeout, "memory_mb": memory_mb,
                   "sandbox": sandbox, "late": policy,

@@ -131,17 +131,25 @@ def parse_duration(text, what: str = "grace") -> float:
     return seconds
 
 
+def policy_numbers(per_day=None, cap=None, grace=None) -> dict:
+    """A policy's numbers from command-line or metadata text (None or "": the default):
+    ``{"per_day": 0.0, "cap": 1.0, "grace_s": 0.0}`` by default; ValueError for bad text."""
+    def given(x):
+        return x not in (None, "")
+    return {"per_day": parse_fraction(per_day, "late penalty per day") if given(per_day)
+            else 0.0,
+            "cap": parse_fraction(cap, "late penalty cap") if given(cap) else 1.0,
+            "grace_s": parse_duration(grace) if given(grace) else 0.0}
+
+
 def policy_from_args(due=None, per_day=None, cap=None, grace=None):
     """A LatePolicy from command-line or metadata text; None when there is no due date."""
     if due is None or due == "":
         if any(x not in (None, "") for x in (per_day, cap, grace)):
             raise ValueError("a late policy (per day, cap, grace) needs a due date")
         return None
-    return LatePolicy(parse_due(due) if not isinstance(due, datetime) else due,
-                      parse_fraction(per_day, "late penalty per day") if per_day not in
-                      (None, "") else 0.0,
-                      parse_fraction(cap, "late penalty cap") if cap not in (None, "") else 1.0,
-                      parse_duration(grace) if grace not in (None, "") else 0.0)
+    due = parse_due(due) if not isinstance(due, datetime) else due
+    return LatePolicy(due, **policy_numbers(per_day, cap, grace))
 
 
 def format_time(moment: datetime) -> str:
