@@ -194,10 +194,9 @@ def grade_submission(root: Path, started: float) -> dict:
 
 
 def write_results(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, path)
+    from .atomic import write_files
+
+    write_files({path: json.dumps(data, indent=1, ensure_ascii=False)})
 
 
 def run(root: Path) -> dict:

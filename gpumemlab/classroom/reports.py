@@ -20,8 +20,9 @@ submission is marked "checked inside the submission"; a run without the OS sandb
 
 Every text that came from a submission goes through ``cleantext.clean_text`` before it is written
 (lone surrogates escaped, terminal escapes and bidi overrides made visible), and a feedback file
-is capped at ``FEEDBACK_LIMIT`` characters. Each student's files are written in their own error
-boundary: ``write_feedback`` returns the students whose files failed, and why, and goes on.
+is capped at ``FEEDBACK_LIMIT`` characters. Each student's three files are written all or none
+(``atomic.write_files``), in their own error boundary: ``write_feedback`` returns the students
+whose files failed, and why, and goes on.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import json
 from pathlib import Path
 
 from gpumemlab.cleantext import clean_text
+from .atomic import write_files
 from .feedback_page import feedback_page
 from .grade import CSV_COLUMNS, INSIDE_ONLY
 from .intake import display_id, safe_name
@@ -128,14 +130,12 @@ def write_feedback(results, folder, *, assignment: str) -> list:
     folder = Path(folder)
     failed = []
     for r in results:
-        try:   # every file rendered before any is written: no student gets half a set
-            files = {"results.json": json.dumps(gradescope(r), indent=1),
-                     "feedback.txt": feedback_text(r, assignment),
-                     "feedback.html": feedback_page(r, assignment, limit=FEEDBACK_LIMIT)}
+        try:   # all three rendered, then written all or none: no student gets half a set
             d = folder / safe_name(r.student_id)
-            d.mkdir(parents=True, exist_ok=True)
-            for name, text in files.items():
-                (d / name).write_text(text, encoding="utf-8")
+            write_files({d / "results.json": json.dumps(gradescope(r), indent=1),
+                         d / "feedback.txt": feedback_text(r, assignment),
+                         d / "feedback.html": feedback_page(r, assignment,
+                                                            limit=FEEDBACK_LIMIT)})
         except Exception as exc:   # one student's files must not stop the others'
             failed.append((r.student_id, clean_text(f"{type(exc).__name__}: {exc}", limit=200,
                                                     keep_newlines=False)))
