@@ -401,3 +401,15 @@ def test_grade_writes_items_csv_with_the_judged_answers(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "3 questions, 2 students" in printed
     assert re.search(r"reserved-test\s+2\s+0\.50\s+1\.00\s+2 \(x1\)", printed), printed
+
+
+def test_a_device_or_fifo_given_as_grades_is_refused_not_read(tmp_path):
+    import os
+
+    from gpumemlab.classroom.stats_input import StatsInputError, read_grades
+
+    fifo = tmp_path / "grades.csv"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo):   # read_bytes would block on one and never end on the other
+        with pytest.raises(StatsInputError, match="not a regular file"):
+            read_grades(path)

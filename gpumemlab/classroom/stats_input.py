@@ -39,12 +39,11 @@ def _show(text, limit=80) -> str:
 
 def _rows(path: Path, need, label: str):
     """-> (header, [(line number, row dict)]); every required column present."""
-    try:
-        data = path.read_bytes() if path.stat().st_size <= FILE_LIMIT else None
-    except OSError as exc:
-        raise StatsInputError(f"cannot read {label} {_show(path)}: {exc.strerror}") from None
-    if data is None:
-        raise StatsInputError(f"{label} {_show(path)} is larger than {FILE_LIMIT >> 20} MiB")
+    from gpumemlab.recordings.bounded_read import read_regular_file
+
+    # a regular file, never more than the limit: a FIFO or /dev/zero is refused, not read
+    data = read_regular_file(str(path), FILE_LIMIT,
+                             lambda why: StatsInputError(f"{label} {why}"), f"{label} file")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
