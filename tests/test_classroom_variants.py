@@ -255,3 +255,11 @@ def test_no_check_does_not_claim_a_check(files, capsys):
                  str(tmp / "roster.csv"), "--secret", str(tmp / "course.secret")]) == 0
     printed = capsys.readouterr().out
     assert "not checked (--no-check)" in printed and "checked:" not in printed
+
+
+def test_a_device_or_fifo_given_as_the_secret_is_refused_not_read(tmp_path):
+    fifo = tmp_path / "course.secret"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo):   # open().read would block on the FIFO
+        with pytest.raises(VariantError, match="cannot read the course secret .*not a regular"):
+            read_secret(path)

@@ -50,11 +50,11 @@ def create_secret(path) -> bytes:
 
 def read_secret(path) -> bytes:
     """The secret in ``path``: one line of at least 64 hex digits (as ``create_secret`` writes)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(4096)
-    except OSError as exc:
-        raise VariantError(f"cannot read the course secret {path}: {exc.strerror}") from None
+    from gpumemlab.recordings.bounded_read import read_regular_file
+
+    data = read_regular_file(str(path), 4096,
+                             lambda why: VariantError(f"cannot read the course secret {why}"),
+                             "course secret")
     text = data.decode("ascii", "replace").strip()
     if not re.fullmatch(r"[0-9a-fA-F]+", text) or len(text) % 2 or len(text) < 2 * SECRET_BYTES:
         raise VariantError(f"course secret {path} is not a secret gpumemlab wrote (one line of "
