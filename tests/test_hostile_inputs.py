@@ -292,7 +292,7 @@ def test_the_unmap_index_finds_what_a_scan_of_every_cached_block_finds():
 
     from gpumemlab.allocator import DeviceCachingAllocator
     from gpumemlab.allocator.config import AllocatorConfig
-    from gpumemlab.recordings.replay_releases import FreePages, _release_recorded, _whole_pages
+    from gpumemlab.recordings.replay.releases import FreePages, _release_recorded, _whole_pages
 
     def scan(alloc, addr, size):      # the copy-and-scan this index replaced
         for pool in alloc.all_block_pools():

@@ -89,14 +89,14 @@ def test_capacity_what_if_finds_the_first_oom():
     snap, _keep = _recording(seed=2, steps=600)
     full = replay(snap)
     from gpumemlab.allocator import AllocatorConfig
-    from gpumemlab.recordings.replay_start import scan_start_state, start_reserved_bytes
-    from gpumemlab.recordings.replay_trim import start_live_bytes
+    from gpumemlab.recordings.replay.start import scan_start_state, start_reserved_bytes
+    from gpumemlab.recordings.replay.trim import start_live_bytes
     state = scan_start_state(snap["segments"], snap["device_traces"][0], AllocatorConfig())
     start, live = start_reserved_bytes(state), start_live_bytes(state)
     cap = max(full.peak_reserved // 2, start + 64 * MiB)
     assert cap < full.peak_reserved
     # a card too small for what was live when recording began: an OOM at entry 0 (what was
-    # cached then would have been released; replay_trim.py)
+    # cached then would have been released; replay/trim.py)
     tiny = replay(snap, total_memory=live // 2)
     assert tiny.oom["index"] == 0 and tiny.oom["during"] == "start state"
     assert tiny.oom["shortfall_bytes"] == live - live // 2 and tiny.replayed == 0
@@ -188,7 +188,7 @@ def test_settings_given_beside_a_gpu_are_refused_not_dropped():
 def test_result_fields_are_declared_and_documented():
     import dataclasses
     import inspect
-    from gpumemlab.recordings.replay_result import ReplayResult
+    from gpumemlab.recordings.replay.result import ReplayResult
     snap, _keep = _recording(seed=6, steps=100)
     result = replay(snap)
     declared = {f.name for f in dataclasses.fields(ReplayResult)}
@@ -256,7 +256,7 @@ def test_a_start_state_that_cannot_be_rebuilt_warns_and_says_so():
     seg["address"] += 512 * 1024            # pages no longer on a page boundary of any base
     for k, b in enumerate(seg["blocks"]):
         b["address"] += 512 * 1024
-    from gpumemlab.recordings.replay_result import ReplayWarning
+    from gpumemlab.recordings.replay.result import ReplayWarning
     with pytest.warns(ReplayWarning, match="start state could not be rebuilt exactly"):
         result = replay(snap)
     assert result.start_problems and not result.reproduced

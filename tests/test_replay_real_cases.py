@@ -7,7 +7,7 @@ import copy
 import pytest
 
 import gpumemlab as gml
-import gpumemlab.recordings.replay_start as replay_state
+import gpumemlab.recordings.replay.start as replay_state
 import gpumemlab.recordings.replay as replaying
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, CudaDriver
 from gpumemlab.cli import main

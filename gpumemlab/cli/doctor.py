@@ -18,7 +18,7 @@ from gpumemlab.cli import CLIError
 from gpumemlab.doctor.api import doctor
 from gpumemlab.doctor.message import NotAnOOMMessage
 from gpumemlab.recordings.files import SnapshotError, SnapshotWarning
-from gpumemlab.recordings.replay_result import ReplayError
+from gpumemlab.recordings.replay.result import ReplayError
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.viz.site_diff import diff_text, site_diff
 

@@ -10,7 +10,7 @@ Every device looked at is listed, in order, with what was found on it.
 from __future__ import annotations
 
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay_setup import replay_devices
+from gpumemlab.recordings.replay.prepare import replay_devices
 
 __all__ = ["choose_device", "device_rows", "devices_line"]
 

@@ -43,7 +43,7 @@ import re
 from gpumemlab.allocator import round_size
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay_setup import replay_devices
+from gpumemlab.recordings.replay.prepare import replay_devices
 from .growth_iterations import find_iterations
 from .growth_report import CAUSES, GrowthReport, Iteration, Site, Trigger, where
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from gpumemlab.allocator.config import AllocatorConfig
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
+from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES
 
 __all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card",
            "DEFAULT_BUDGET_S", "workers_available"]

@@ -1,6 +1,6 @@
 """The structured part of a snapshot diagnosis (``Diagnosis.details``): the same keys for every
 outcome (null where they do not apply, docs/DOCTOR.md lists them), and the start state of a
-recording that began mid-run on a card smaller than it held (``recordings.replay_trim``).
+recording that began mid-run on a card smaller than it held (``recordings.replay.trim``).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import time
 
 from gpumemlab.allocator import AllocatorConfig, round_size
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay_setup import recorded_alloc_conf, replay_devices
+from gpumemlab.recordings.replay.prepare import recorded_alloc_conf, replay_devices
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.units import format_size, parse_size
 

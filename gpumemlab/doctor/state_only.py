@@ -10,7 +10,7 @@ one asked for, else the first whose state cannot serve the request, else the fir
 from __future__ import annotations
 
 from gpumemlab.allocator import AllocatorConfig, round_size
-from gpumemlab.recordings.replay_setup import recorded_alloc_conf
+from gpumemlab.recordings.replay.prepare import recorded_alloc_conf
 from gpumemlab.units import format_size, parse_size
 from gpumemlab.viz.metrics import find_fit
 from gpumemlab.viz.size_rules import Rules

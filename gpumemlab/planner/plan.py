@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from gpumemlab.doctor.search import search_settings, smallest_card
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES
+from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES
 from gpumemlab.units import parse_size
 
 from .crosscheck import crosscheck

@@ -13,7 +13,7 @@ replay's "unlimited" card) is written at the top of the axes instead of stretchi
 """
 from __future__ import annotations
 
-from gpumemlab.recordings.replay_setup import UNLIMITED_BYTES as UNLIMITED  # replay's "no limit"
+from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES as UNLIMITED  # replay's "no limit"
 from gpumemlab.units import format_size
 from gpumemlab.viz.history import History
 from gpumemlab.viz.palette import COMPARE_COLOURS, OKABE_ITO, SERIES_STYLE, unit_for

@@ -79,7 +79,7 @@ class ReplayResult:
     notes: list                    # remarks on the trace (frees of unknown addresses, ...)
     elapsed_s: float               # seconds the trace loop took
     address_shift: int             # offset added to recorded addresses (0 when they fit)
-    start_trim: dict | None = None  # a card smaller than the recorded start state (replay_trim)
+    start_trim: dict | None = None  # a card smaller than the recorded start state (replay.trim)
     _snapshot: dict | None = field(default=None, repr=False)
 
     @property

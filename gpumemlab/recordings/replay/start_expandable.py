@@ -42,7 +42,7 @@ class ExpPiece:
     requested_size: int = 0
     frames: list = field(default_factory=list)
     unmapped: bool = False
-    pending: bool = False     # see replay_start._pending_throughout
+    pending: bool = False     # see replay.start._pending_throughout
 
 
 @dataclass

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 
 from gpumemlab.allocator import K_SMALL_BUFFER, K_SMALL_SIZE, round_size
 
-from .replay_pools import PoolRouter
-from .replay_start_expandable import build_expandable, place_gap, scan_expandable
+from .pools import PoolRouter
+from .start_expandable import build_expandable, place_gap, scan_expandable
 
 _SEG_EVENTS = ("segment_alloc", "segment_free")
 
@@ -215,7 +215,7 @@ def build_start_state(alloc, state: StartState, translate, router=None) -> tuple
     Every segment is made by one dictated cudaMalloc, then split piece by piece in address order
     while no other free block exists (so best fit has one choice); pieces that were free at the
     start are freed last. ``translate`` maps a recorded address to the simulated address space;
-    ``router`` (replay_pools.PoolRouter) puts a private pool's segment back into that pool.
+    ``router`` (replay.pools.PoolRouter) puts a private pool's segment back into that pool.
     Pre-existing expandable segments are rebuilt in the default pools.
     """
     router = router if router is not None else PoolRouter(alloc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpumemlab.allocator.driver import VA_BASE, VA_LIMIT
 from gpumemlab.units import parse_size
 
-from .replay_result import ReplayError
+from .result import ReplayError
 
 __all__ = ["UNLIMITED_BYTES", "recorded_alloc_conf", "replay_devices", "address_shift", "capacity"]
 

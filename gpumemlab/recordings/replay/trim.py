@@ -22,7 +22,7 @@ smaller card is therefore the recorded one after that release:
 """
 from __future__ import annotations
 
-from .replay_start import build_start_state
+from .start import build_start_state
 
 __all__ = ["start_live_bytes", "trim_start"]
 

@@ -4,7 +4,7 @@ The method is described in docs/REPLAY.md. The source is a snapshot with history
 ``load_snapshot`` reads: ``torch.cuda.memory._dump_snapshot`` output) or a ``Capture``.
 
 * **Faithful replay** (``alloc_conf=None``, a snapshot): the start state is rebuilt
-  (``replay_start``), each recorded ``segment_alloc`` dictates the address of the model's next
+  (``replay.start``), each recorded ``segment_alloc`` dictates the address of the model's next
   cudaMalloc (``driver.reserve_next_address``), the first ``segment_map`` before an ``alloc``
   dictates the base of a new expandable segment's reservation (``driver.reserve_next_va``;
   unused when the model maps into an existing segment), and every ``alloc`` is checked: the
@@ -25,7 +25,7 @@ In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are rep
 ``empty_cache()`` and releases inside a malloc are left to the model. Not modelled: events
 the trace cannot show (``record_stream`` timing beyond free_requested/free_completed), and a memory
 fraction set with ``set_per_process_memory_fraction`` (not recorded). Private pools (MemPool, CUDA
-graphs) are kept apart through ``segment_pool_id`` and the trace's ``pool_id`` (replay_pools.py).
+graphs) are kept apart through ``segment_pool_id`` and the trace's ``pool_id`` (replay/pools.py).
 """
 from __future__ import annotations
 
@@ -35,16 +35,16 @@ import warnings
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
-from .bulk import gc_paused
-from .replay_pools import PoolRouter
-from .replay_releases import (FreePages, _leave_pending, _release_recorded, _release_rest,
+from ..bulk import gc_paused
+from .pools import PoolRouter
+from .releases import (FreePages, _leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
-from .replay_result import ReplayError, ReplayResult, ReplayWarning, Timeline
-from .replay_setup import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
-from .replay_setup import capacity as capacity_of
-from .replay_start import build_start_state, scan_start_state, start_reserved_bytes
-from .replay_trim import trim_start
-from .source import read_snapshot
+from .result import ReplayError, ReplayResult, ReplayWarning, Timeline
+from .prepare import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
+from .prepare import capacity as capacity_of
+from .start import build_start_state, scan_start_state, start_reserved_bytes
+from .trim import trim_start
+from ..source import read_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
 
@@ -125,7 +125,7 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     start_oom, needed, start_trim = None, start_reserved_bytes(start), None
     if faithful and needed > alloc.driver.mem_get_info()[0]:
         # a card smaller than what was reserved when recording began: c10 would have released
-        # the cache before failing (replay_trim.py)
+        # the cache before failing (replay/trim.py)
         live, start_problems, start_oom, faithful, start_trim = trim_start(
             alloc, start, translate, router, needed, _start_whatif)
         if not faithful:
