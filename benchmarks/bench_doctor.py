@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpumemlab.allocator import DeviceCachingAllocator, OutOfMemoryError  # noqa: E402
-from gpumemlab.recordings import collector  # noqa: E402
+from gpumemlab.recordings import gc_pause  # noqa: E402
 from gpumemlab.recordings.files import load_snapshot, normalize_snapshot  # noqa: E402
 
 MiB = 1024 * 1024
@@ -102,12 +102,12 @@ def bench_load(entries: int, skip_torch: bool) -> None:
     t_norm, _ = _time(lambda: normalize_snapshot(loaded, source="again"))
     del loaded, _
     gc.collect()
-    paused = collector.gc_paused
-    collector.gc_paused = _gc_running          # what load_snapshot did before
+    paused = gc_pause.gc_paused
+    gc_pause.gc_paused = _gc_running          # what load_snapshot did before
     try:
         t_running, loaded = _time(lambda: load_snapshot(path))
     finally:
-        collector.gc_paused = paused
+        gc_pause.gc_paused = paused
     del loaded
     gc.collect()
     print(f"  load_snapshot, collector paused:  {t_paused:6.2f} s")

@@ -7,7 +7,7 @@ import gc
 import tracemalloc
 
 import gpumemlab as gml
-from gpumemlab.recordings.bulk import gc_paused
+from gpumemlab.recordings.gc_pause import collector_paused
 
 
 def _recording():
@@ -36,7 +36,7 @@ def test_replay_restores_the_collector_state():
 
 
 def test_cycles_made_while_paused_are_collected_afterwards():
-    @gc_paused
+    @collector_paused
     def make_cycles(n):
         for _ in range(n):
             a = []

@@ -24,7 +24,7 @@ from pathlib import Path
 from gpumemlab.allocator.snapshot import BLOCK_STATES
 
 from .bounded_read import read_regular_file
-from .collector import collector_paused as _collector_paused
+from .gc_pause import collector_paused
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
 from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
@@ -71,7 +71,7 @@ def load_snapshot(path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
     return loads_snapshot(data, name=name)
 
 
-@_collector_paused
+@collector_paused
 def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
     """Like ``load_snapshot`` for bytes already in memory."""
     if not isinstance(data, (bytes, bytearray, memoryview)):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import time
 
-from gpumemlab.recordings.bulk import gc_paused
+from gpumemlab.recordings.gc_pause import collector_paused
 
 
 def whatif(workload, *, title=None, at: str = "peak", dpi: int = 72, **controls) -> "WhatIf":
@@ -63,7 +63,7 @@ class WhatIf:
     # A full collection of the cycle collector over a heap holding torch and matplotlib costs
     # 150-200 ms, and lands on a random update: paused during one (resumed after, so nothing
     # leaks), the slowest update of lessons 05-09 went from 291-349 to 108-161 ms (bench_whatif.py).
-    @gc_paused
+    @collector_paused
     def update(self, **values) -> "WhatIf":
         """Re-run with ``values`` changed (the others kept) and redraw."""
         unknown = set(values) - set(self.controls)

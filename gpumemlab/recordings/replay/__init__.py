@@ -35,7 +35,7 @@ import warnings
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
 from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
-from ..bulk import gc_paused
+from ..gc_pause import collector_paused
 from .pools import PoolRouter
 from .releases import (FreePages, _leave_pending, _release_recorded, _release_rest,
                               _was_empty_cache)
@@ -75,7 +75,7 @@ def _source(source, device):
     return traces[device], segments, snap, name, device
 
 
-@gc_paused
+@collector_paused
 def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
            history: bool = False, stop_on_oom: bool = True, stop_at: int | None = None,
            progress=None) -> ReplayResult:
