@@ -33,8 +33,9 @@ import weakref
 
 from gpumemlab.units import format_size
 
-from .capture_parts import _key, _settle, _skip_files, _tensors
 from .replay import replay
+from .torch_objects import (learner_frames, plumbing_files, settled_category, storage_key,
+                            tensors_in)
 
 __all__ = ["capture", "Capture", "CATEGORIES"]
 
@@ -48,14 +49,13 @@ _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addmv", "mv", "addbmm", 
                       "_scaled_mm", "addmm_", "baddbmm_"})
 _ADDRESS_BASE = 0x100000000
 _ALIGN = 512
-_MAX_FRAMES = 8
 
 
 class Capture:
     """The trace recorded by ``capture()``; use ``snapshot()``, ``replay()`` or ``entries``."""
 
     # Tells gml.replay to take this as a workload (alloc/free sequence) rather than a recording
-    # whose addresses must be reproduced; replay.py checks the flag instead of importing us.
+    # whose addresses must be reproduced; replay/ checks the flag instead of importing us.
     is_capture = True
 
     def __init__(self, model=None, optimizer=None, frames: bool = True, fake=None, device=None,
@@ -77,7 +77,7 @@ class Capture:
         self._mode = None
         self._active = False
         self._frame_cache = {}
-        self._skip_files = _skip_files()
+        self._skip_files = plumbing_files()
         self._metadata = ""        # what torch.cuda.memory._set_memory_metadata would hold
         self.flops = None          # set to 0 to count floating-point operations
 
@@ -177,7 +177,7 @@ class Capture:
         for rec in self._live.values():
             rec[1].detach()
             if rec[0]["category"] is None:
-                rec[0]["category"] = _settle(rec[2], alive=True, outlived=False)
+                rec[0]["category"] = settled_category(rec[2], alive=True, outlived=False)
         self._live.clear()
         self.model = self.optimizer = None   # do not keep the model alive through the record
         return False
@@ -199,8 +199,8 @@ class Capture:
             self._close_phase(phase)
         seen = set()
         dev = self.device_type
-        for t in _tensors(args, kwargs):
-            key = _key(t)
+        for t in tensors_in(args, kwargs):
+            key = storage_key(t)
             if key is None or (dev is not None and t.device.type != dev):
                 continue
             seen.add(key)
@@ -214,8 +214,8 @@ class Capture:
         out = func(*args, **kwargs)
         if self.flops is not None:
             self._count_flops(func, args, kwargs, out)
-        for t in _tensors(out, None):
-            key = _key(t)
+        for t in tensors_in(out, None):
+            key = storage_key(t)
             if dev is not None and key is not None and t.device.type != dev:
                 continue
             if key is not None and key not in seen and key not in self._live:
@@ -271,7 +271,7 @@ class Capture:
         entry, _fin, phase, backward_at_alloc = rec
         if entry["category"] is None:
             outlived = self._backward_seen > backward_at_alloc or self._phase == "backward"
-            entry["category"] = _settle(phase, alive=False, outlived=outlived)
+            entry["category"] = settled_category(phase, alive=False, outlived=outlived)
         # like context="all" on a GPU: the free_requested entry carries the freeing code's frames
         frames = self._frames(2) if self.want_frames else []
         for action, fr in (("free_requested", frames), ("free_completed", [])):
@@ -299,7 +299,7 @@ class Capture:
             param = ref()
             grad = getattr(param, "grad", None) if param is not None else None
             if grad is not None:
-                rec = self._live.get(_key(grad))
+                rec = self._live.get(storage_key(grad))
                 if rec is not None and rec[0]["category"] in (None, "temporary", "input"):
                     rec[0]["category"] = "gradient"
 
@@ -309,8 +309,8 @@ class Capture:
         if self.optimizer is not None:
             state_entries = set()
             for st in self.optimizer.state.values():
-                for t in _tensors(st, None):
-                    rec = self._live.get(_key(t))
+                for t in tensors_in(st, None):
+                    rec = self._live.get(storage_key(t))
                     if rec is not None:
                         state_entries.add(id(rec[0]))
         for entry, _fin, phase, _b in self._live.values():
@@ -330,11 +330,11 @@ class Capture:
                 for p in group["params"]:
                     self._adopt_as(p, "parameter")
             for st in self.optimizer.state.values():
-                for t in _tensors(st, None):
+                for t in tensors_in(st, None):
                     self._adopt_as(t, "optimizer_state")
 
     def _adopt_as(self, t, category):
-        key = _key(t)
+        key = storage_key(t)
         if key is not None and self.device_type is not None and t.device.type != self.device_type:
             return
         if key is not None and key not in self._live:
@@ -355,24 +355,7 @@ class Capture:
 
     # --- frames ---------------------------------------------------------------------------
     def _frames(self, depth_above: int = 3):
-        out = []
-        f = sys._getframe(depth_above)
-        cache, skip = self._frame_cache, self._skip_files
-        depth = 0
-        while f is not None and len(out) < _MAX_FRAMES and depth < 64:
-            code = f.f_code
-            if code.co_filename not in skip:
-                # code objects compare equal across files (IPython cells with the same text)
-                k = (code, code.co_filename, f.f_lineno)
-                fr = cache.get(k)
-                if fr is None:
-                    fr = cache[k] = {"filename": code.co_filename, "line": f.f_lineno,
-                                     "name": code.co_name}
-                out.append(fr)
-            f = f.f_back
-            depth += 1
-        return out
-
+        return learner_frames(sys._getframe(depth_above), self._frame_cache, self._skip_files)
 
 def capture(model=None, optimizer=None, *, frames: bool = True, fake=False, device=None,
             workspace_bytes: int = CUBLAS_WORKSPACE_BYTES) -> Capture:
