@@ -11,7 +11,7 @@ import os
 
 from .diagnosis import Diagnosis
 from .message import NotAnOOMMessage
-from .message_mode import diagnose_message
+from .message.mode import diagnose_message
 from .snapshot_mode import diagnose_snapshot
 
 __all__ = ["doctor", "NotAnOOMMessage"]

@@ -1,7 +1,7 @@
 """What the doctor returns: a :class:`Diagnosis` (the kind of OOM, the figures, the evidence, the
 ranked fixes) and its :class:`Fix` entries, for both a pasted message and a snapshot.
 
-The kinds (a message decides them by the rules in message_kind.py):
+The kinds (a message decides them by the rules in message/kind.py):
 
 * ``"outside_pytorch"``: memory held outside PyTorch's allocator (other processes, the CUDA
   context, other libraries) is larger than what PyTorch reserved: no allocator setting helps;

@@ -7,20 +7,20 @@ printed (1.4-2.0), A + C (1.0-1.3, where "cached" C was reserved minus allocated
 and XPU, A including CUDA-graph private pools there); reserved but unallocated is U, C or
 reserved - A; memory outside this process's allocator is total - free - reserved, and this
 process's own part of it P - reserved when the message has the "this process has P" line.
-Doubtful figures (:mod:`~gpumemlab.doctor.message_sanity`) are left out of the figures and the
-decision (:mod:`~gpumemlab.doctor.message_kind`); the platform
-(:mod:`~gpumemlab.doctor.message_platform`) picks the fixes (:mod:`~gpumemlab.doctor.message_fixes`).
+Doubtful figures (:mod:`~gpumemlab.doctor.message.sanity`) are left out of the figures and the
+decision (:mod:`~gpumemlab.doctor.message.kind`); the platform
+(:mod:`~gpumemlab.doctor.message.platform`) picks the fixes (:mod:`~gpumemlab.doctor.message.remedies`).
 """
 from __future__ import annotations
 
 from gpumemlab.units import format_size
 
-from .diagnosis import Diagnosis
-from .message import OOMMessage, parse_message
-from .message_fixes import fixes as fit_fixes
-from .message_kind import decide
-from .message_platform import detect
-from .message_sanity import check
+from ..diagnosis import Diagnosis
+from . import OOMMessage, parse_message
+from .remedies import fixes as fit_fixes
+from .kind import decide
+from .platform import detect
+from .sanity import check
 
 __all__ = ["diagnose_message", "ASK_FOR_A_SNAPSHOT"]
 

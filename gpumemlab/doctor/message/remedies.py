@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gpumemlab.units import format_size
 
-from .diagnosis import Fix
+from ..diagnosis import Fix
 
 __all__ = ["fixes"]
 

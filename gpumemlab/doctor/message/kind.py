@@ -8,7 +8,7 @@ reserved (memory this process's allocator does not hold):
    "max allowed": ``exhaustion`` (no setting makes one allocation bigger than the card fit);
 2. F clearly at least R (beyond the printed rounding and a margin for page granularity):
    ``unexplained``: the driver had room after the cache was released, so neither fragmentation nor
-   other processes explain the failure: the platform does (see message_fixes);
+   other processes explain the failure: the platform does (see message/remedies.py);
 3. U >= R: ``fragmentation``;
 4. outside covers the shortfall (outside >= R - F) and is more than a CUDA context
    (:data:`CONTEXT_MAX`): ``outside_pytorch``;

@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .message_text import clean, exception_name, squash
+from .text import clean, exception_name, squash
 
 __all__ = ["NotAnOOMMessage", "OOMMessage", "Figure", "parse_message", "LOOKED_FOR"]
 
