@@ -95,9 +95,9 @@ def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
                 raise
             raise SnapshotError(f"{name}: not a memory snapshot (neither a pickle from "
                                 f"torch.cuda.memory._dump_snapshot nor JSON)") from None
-    # each container in the file costs at least a byte, so a walk longer than the file means
-    # shared references were used to blow up the work (a crafted pickle)
-    check_values(raw, name, len(data) + 1000, SnapshotError)   # depth, huge integers
+    # depth, huge integers, and shared references unfolding far beyond the file (a crafted
+    # pickle): each distinct container counted once, as PyTorch's files share frames
+    check_values(raw, name, len(data), SnapshotError)
     snapshot, notes = normalize_snapshot(raw, source=name, _budget=len(data) + 1000)
     if notes:
         warnings.warn(f"{name}: " + "; ".join(notes), SnapshotWarning, stacklevel=3)
