@@ -73,6 +73,10 @@ class AllocatorConfig:
         self.pinned_use_background_threads = False
         self.pinned_reserve_segment_size_mb = 0
         self.pinned_free_catch_all = False
+        # AcceleratorAllocatorConfig's host keys (torch 2.13): above these, no power-of-2
+        # rounding / no caching of pinned blocks. Bytes; SIZE_MAX (the default) means no limit.
+        self.pinned_max_round_threshold = SIZE_MAX
+        self.pinned_max_cached_size = SIZE_MAX
         self.graph_capture_record_stream_reuse = False
         self.throw_on_cudamalloc_oom = False
         self.per_process_memory_fraction = 1.0
@@ -291,6 +295,16 @@ def _parse_reserve_segment(config, tokens, i, key):
     return i
 
 
+def _parse_pinned_mb(attr):
+    # torch 2.13 libc10 parsePinnedMaxRoundThreshold / parsePinnedMaxCachedSize: the value is
+    # clamped to SIZE_MAX / kMB and shifted by 20 bits (MiB); no lower bound, so 0 is allowed.
+    def handler(config, tokens, i, key):
+        value = min(tokens.to_size_t(i), SIZE_MAX // K_MB)
+        setattr(config, attr, value * K_MB)
+        return i
+    return handler
+
+
 def _parse_fraction(config, tokens, i, key):
     value = tokens.to_double(i)
     if math.isnan(value) or not (0.0 <= value <= 1.0):
@@ -314,6 +328,8 @@ _HANDLERS = {
     "pinned_num_register_threads": _parse_register_threads,
     "pinned_reserve_segment_size_mb": _parse_reserve_segment,
     "pinned_free_catch_all": _parse_bool("pinned_free_catch_all"),
+    "pinned_max_round_threshold_mb": _parse_pinned_mb("pinned_max_round_threshold"),
+    "pinned_max_cached_size_mb": _parse_pinned_mb("pinned_max_cached_size"),
     "graph_capture_record_stream_reuse": _parse_bool("graph_capture_record_stream_reuse"),
     "throw_on_cudamalloc_oom": _parse_bool("throw_on_cudamalloc_oom"),
     "per_process_memory_fraction": _parse_fraction,
