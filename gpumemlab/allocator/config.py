@@ -68,6 +68,10 @@ class AllocatorConfig:
         self.pinned_use_background_threads = False
         self.pinned_reserve_segment_size_mb = 0
         self.pinned_free_catch_all = False
+        # AcceleratorAllocatorConfig's host keys (torch 2.13): above these, no power-of-2
+        # rounding / no caching of pinned blocks. Bytes; SIZE_MAX (the default) means no limit.
+        self.pinned_max_round_threshold = SIZE_MAX
+        self.pinned_max_cached_size = SIZE_MAX
         self.graph_capture_record_stream_reuse = False
         self.throw_on_cudamalloc_oom = False
         self.per_process_memory_fraction = 1.0
@@ -246,6 +250,12 @@ SETTINGS = (
             "pinned_reserve_segment_size_mb", platforms=_PINNED),
     Setting("pinned_free_catch_all", P.parse_bool("pinned_free_catch_all"),
             "pinned_free_catch_all", platforms=_PINNED),
+    Setting("pinned_max_round_threshold_mb", P.parse_pinned_mb("pinned_max_round_threshold"),
+            "pinned_max_round_threshold", platforms=_PINNED,
+            why="pinned requests above this are not rounded to a power of two"),
+    Setting("pinned_max_cached_size_mb", P.parse_pinned_mb("pinned_max_cached_size"),
+            "pinned_max_cached_size", platforms=_PINNED,
+            why="pinned blocks above this are freed, not cached"),
     Setting("graph_capture_record_stream_reuse",
             P.parse_bool("graph_capture_record_stream_reuse"),
             "graph_capture_record_stream_reuse", "graph_capture_record_stream_reuse",

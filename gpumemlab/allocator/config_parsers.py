@@ -159,6 +159,16 @@ def parse_reserve_segment(config, tokens, i, key):
     return i
 
 
+def parse_pinned_mb(attr):
+    # torch 2.13 libc10 parsePinnedMaxRoundThreshold / parsePinnedMaxCachedSize: the value is
+    # clamped to SIZE_MAX / kMB and shifted by 20 bits (MiB); no lower bound, so 0 is allowed.
+    def handler(config, tokens, i, key):
+        value = min(tokens.to_size_t(i), SIZE_MAX // K_MB)
+        setattr(config, attr, value * K_MB)
+        return i
+    return handler
+
+
 def parse_fraction(config, tokens, i, key):
     value = tokens.to_double(i)
     if math.isnan(value) or not (0.0 <= value <= 1.0):

@@ -25,6 +25,7 @@ from gpumemlab.allocator.snapshot import BLOCK_STATES
 
 from .bounded_read import read_regular_file
 from .collector import collector_paused as _collector_paused
+from .host_entries import read_host_entries
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
 from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
@@ -202,6 +203,7 @@ def normalize_snapshot(data, *, source: str = "<snapshot>", _budget=None):
         w.note("no 'allocator_settings' (PyTorch < 2.4?): default settings assumed")
     if not isinstance(out.setdefault("external_annotations", []), list):
         raise SnapshotError(f"{source}: 'external_annotations' is not a list")
+    read_host_entries(data, out, w.note)  # pinned host memory (2.14): malformed is a note
     notes = [t if n == 1 else f"{t} (x{n})" for t, n in w.notes.items()]
     return out, notes
 
