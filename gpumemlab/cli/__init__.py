@@ -18,7 +18,7 @@ from .output import clean_output
 
 GROUPS = ("gpumemlab.cli.snapshots", "gpumemlab.cli.doctor", "gpumemlab.cli.plan",
           "gpumemlab.cli.classroom", "gpumemlab.cli.gradescope", "gpumemlab.cli.stats",
-          "gpumemlab.cli.selftest", "gpumemlab.cli.course")
+          "gpumemlab.cli.selftest", "gpumemlab.cli.course", "gpumemlab.cli.lessons")
 
 
 class CLIError(Exception):

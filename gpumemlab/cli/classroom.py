@@ -118,8 +118,9 @@ def _assign(args) -> int:
 
 
 def _variant_inputs(args):
-    """-> (roster, secret) for assign, every input checked before the secret is created: a
-    source without variant cells needs neither (a roster given is still checked)."""
+    """-> (roster, secret) for assign, every input checked before the secret is created. A
+    source without variant cells makes one version for everyone: --roster or --secret with it
+    is a one-line error (it would write no per-student notebook and no secret)."""
     import nbformat
 
     from gpumemlab.classroom.assign import check_variant_out
@@ -131,9 +132,16 @@ def _variant_inputs(args):
     except Exception as exc:
         raise ValueError(f"not a readable notebook ({type(exc).__name__})") from None
     questions = variant_questions(nb)
-    roster = read_roster(args.roster)
     if not questions:
-        return roster, None
+        if args.roster is not None or args.secret is not None:
+            given = " and ".join(o for o, v in (("--roster", args.roster),
+                                                ("--secret", args.secret)) if v is not None)
+            raise VariantError(f"{given}: this source has no per-student variant questions (no "
+                               f"markdown cell with metadata.gpumemlab.variant), so every student "
+                               f"gets the same notebook: assign without {given}, or start from "
+                               f"the variant example, gpumemlab course example DIR")
+        return None, None
+    roster = read_roster(args.roster)
     if args.roster is None or args.secret is None:
         raise VariantError(f"the source has per-student variant questions "
                            f"({', '.join(questions)}): give --roster CSV and --secret FILE")
