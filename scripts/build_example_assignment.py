@@ -30,10 +30,11 @@ from gpumemlab.classroom.variants import PREVIEW_SEED, expected, render, variant
 
 OUT = ROOT / "gpumemlab" / "classroom" / "example"
 NOTEBOOK = "fragmentation_lab.ipynb"
+# ids are the students' emails: the field Gradescope's submission metadata names them by
 ROSTER = ("id,first_name,last_name,email\n"
-          "ada,Ada,Lovelace,ada@example.org\n"
-          "alan,Alan,Turing,alan@example.org\n"
-          "grace,Grace,Hopper,grace@example.org\n")
+          "ada@example.org,Ada,Lovelace,ada@example.org\n"
+          "alan@example.org,Alan,Turing,alan@example.org\n"
+          "grace@example.org,Grace,Hopper,grace@example.org\n")
 OOM = {"id": "lab.oom", "generator": "fragmented_oom",
        "prompt": "Predict whether the last request fails with an out-of-memory error."}
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}

@@ -1,7 +1,7 @@
 """``gpumemlab lessons [DIR]``: copy the lessons out of the installed kit, to open in JupyterLab.
 
 A pip user has the package but no checkout: the wheel carries the lesson notebooks
-(``gpumemlab/lessons/notebooks``), and this command copies them into DIR (default
+(setup.py maps ``notebooks/`` into the package), and this command copies them into DIR (default
 ``gpumemlab-lessons``) with ``cli.workcopy.sync``: run again after an upgrade, it refreshes the
 lessons not touched since and keeps the ones the learner changed. ``./kit lab`` does the same
 for a checkout, into its git-ignored ``lab/``.
