@@ -13,12 +13,19 @@
 pyproject.toml cannot add mapped packages to the ones ``packages.find`` discovers, hence this
 file; everything else is in pyproject.toml.
 """
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
-DATA_PACKAGES = ["gpumemlab.quizkit.banks", "gpumemlab.lessons.notebooks",
-                 "gpumemlab.lessons.data", "gpumemlab.classroom.example"]
+DATA_PACKAGES = ["gpumemlab.quizkit.banks", "gpumemlab.lessons.data", "gpumemlab.classroom.example"]
+MAPPED = {"gpumemlab.quizkit.banks": "quizzes"}
+# The grader's own wheel (gpumemlab gradescope) is built from the package and its banks alone:
+# it needs no lessons, so a build without notebooks/ leaves them out.
+if (Path(__file__).resolve().parent / "notebooks").is_dir():
+    DATA_PACKAGES.append("gpumemlab.lessons.notebooks")
+    MAPPED["gpumemlab.lessons.notebooks"] = "notebooks"
 
 setup(
     packages=find_packages(include=["gpumemlab", "gpumemlab.*"]) + DATA_PACKAGES,
-    package_dir={"gpumemlab.quizkit.banks": "quizzes", "gpumemlab.lessons.notebooks": "notebooks"},
+    package_dir=MAPPED,
 )

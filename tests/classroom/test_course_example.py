@@ -73,6 +73,8 @@ def submit(release, submitted, sid):
             cell.source = fills[gid]
     (submitted / sid).mkdir(parents=True)
     nbformat.write(nb, str(submitted / sid / NB))
+    # nbgrader collect's submission time: an hour before the block's due date (on time)
+    (submitted / sid / "timestamp.txt").write_text("2026-12-01 16:00:00.000000 UTC")
 
 
 def test_the_committed_example_is_what_the_script_builds():
@@ -121,6 +123,8 @@ def test_course_md_runs_as_written(tmp_path):
     grades = {r["student_id"]: r for r in csv.DictReader(open(cwd / "grades" / "grades.csv"))}
     assert sorted(grades) == sorted(ids)
     for sid in ids:                       # each answered their own variant: full marks
-        assert float(grades[sid]["score"]) == float(grades[sid]["max_score"]) == 4.0, sid
+        row = grades[sid]
+        assert float(row["score"]) == float(row["max_score"]) == 4.0, sid
+        assert float(row["late_submission_penalty"]) == 0
         assert (cwd / "grades" / "feedback" / sid / "feedback.html").is_file()
     assert (cwd / "grades" / "stats.csv").is_file() and (cwd / "lab-autograder.zip").is_file()

@@ -165,3 +165,11 @@ def test_selftest_shows_progress_on_a_terminal_only():
     assert rc == 0 and "selftest:" not in drawn
     run = _cli("selftest", "--device", "sim", "--only", "cache_reuse")
     assert run.returncode == 0 and "\r" not in run.stderr and "selftest:" not in run.stderr
+
+
+@pytest.mark.slow
+def test_plan_shows_progress_and_exits_1_when_it_does_not_fit():
+    script = ROOT / "tests" / "fixtures" / "planner" / "profile_mlp.py"
+    rc, drawn = _stderr_on_a_pty("plan", "--total-memory", "600MiB", "--context", "512MiB",
+                                 str(script), "--width", "2048", "--steps", "2")
+    assert rc == 1 and "plan: running profile_mlp.py ..." in drawn
