@@ -8,7 +8,6 @@ import os
 import pathlib
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 
@@ -17,10 +16,10 @@ import pytest
 
 from gpumemlab.classroom import isolation
 from gpumemlab.cli import main
-from gpumemlab.devices.simulated import SimulatedGPU
-from gpumemlab.units import KiB, MiB
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "classroom"))
+from variant_lab import answer_from_notebook  # noqa: E402  (what a student computes)
 NB = "fragmentation_lab.ipynb"
 
 
@@ -48,25 +47,12 @@ def _run(line, cwd):
     return cwd
 
 
-def answer(nb, qid):
-    """What a student computes from the ops their own notebook shows: run them."""
-    cell = next(c for c in nb.cells if c.metadata.get("gpumemlab", {}).get("variant") == qid)
-    code = re.search(r"```python\n(.*?)\n```", cell.source, re.S).group(1)
-    scope = {"SimulatedGPU": SimulatedGPU, "KiB": KiB, "MiB": MiB}
-    try:
-        exec(code, scope)
-    except Exception as exc:
-        assert "OutOfMemory" in type(exc).__name__, exc
-        return "'yes'"
-    return "'no'" if qid == "lab.oom" else repr(scope["gpu"].memory_reserved() / MiB)
-
-
 def submit(release, submitted, sid):
     """The student fills the three answer cells of their own notebook."""
     nb = nbformat.read(str(release / sid / NB), as_version=4)
     fills = {"round-size-answer": "def round_size(size):\n    return max(512, -(-size // 512) * 512)",
-             "reserved-answer": f"reserved_mib = {answer(nb, '01.7')}",
-             "oom-answer": f"oom = {answer(nb, 'lab.oom')}"}
+             "reserved-answer": f"reserved_mib = {answer_from_notebook(nb, '01.7')!r}",
+             "oom-answer": f"oom = {answer_from_notebook(nb, 'lab.oom')!r}"}
     for cell in nb.cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid in fills:
