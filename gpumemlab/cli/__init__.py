@@ -47,15 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    """The installed distribution's version (the checkout's ``__version__`` when not installed)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+    """The installed distribution's version (pip's record of it, as ``pip show`` says)."""
+    from importlib.metadata import PackageNotFoundError, version
 
+    try:
         return version("gpumemlab")
     except PackageNotFoundError:
-        from gpumemlab import __version__
-
-        return __version__
+        return "(not installed: run from a source folder)"
 
 
 def main(argv=None) -> int:
