@@ -173,3 +173,16 @@ def test_plan_shows_progress_and_exits_1_when_it_does_not_fit():
     rc, drawn = _stderr_on_a_pty("plan", "--total-memory", "600MiB", "--context", "512MiB",
                                  str(script), "--width", "2048", "--steps", "2")
     assert rc == 1 and "plan: running profile_mlp.py ..." in drawn
+
+
+def test_grade_json_holds_each_students_scores(tmp_path):
+    from gpumemlab.classroom.grade import StudentResult
+    from gpumemlab.cli.classroom import _grades_json
+
+    tests = [{"name": "t1", "score": 1.0, "max_score": 2.0, "status": "fail", "output": "secret"}]
+    late = StudentResult("ann", tests, 1.0, 2.0, 0.5, timestamp="2026-12-02T10:00Z", penalty=0.2)
+    j = json.loads(json.dumps(_grades_json([late], "ps1", tmp_path / "grades.csv", tmp_path / "fb")))
+    s, = j["students"]
+    assert (s["student_id"], s["score"], s["late_penalty"], s["final_score"]) == ("ann", 1.0, 0.2, 0.8)
+    assert s["tests"] == [{"name": "t1", "score": 1.0, "max_score": 2.0, "status": "fail"}]
+    assert j["items"] == str(tmp_path / "items.csv")
