@@ -145,7 +145,7 @@ def variable_lengths(gpu, *, count: int = 300, seed: int = 0, release: bool = Tr
     return run.finish(release)
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("05.p1", "choice",
          choices=("defaults only", "max_split_size_mb:512 only", "both", "neither"))
 question("05.p2", "number", unit="retries")

@@ -107,7 +107,7 @@ def empty_cache_story(gpu, *, release: bool = True):
     return run.finish(release)
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("04.p1", "size", misconceptions=(
     Misconception(lambda a: 0, "empty_cache() releases only segments with no live block: one "
                   "live byte pins its whole 2 MiB segment."),

@@ -60,7 +60,7 @@ def _judge_06(answer):
                   f"does not"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("06.p1", "number", unit="segments", misconceptions=(
     Misconception(lambda a: 1, "The small pool and the large pool never share a segment: the "
                   "1-byte tensor keeps its own 2 MiB one."),

@@ -143,7 +143,7 @@ def _judge_10(answer):
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("10.p1", "size")
 question("10.p2", "size")
 question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"))

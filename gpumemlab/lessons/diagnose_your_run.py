@@ -31,7 +31,7 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
 
 
 @exercise("09.ex", "the smallest card that runs it",
-          "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose.recording_09(), "
+          "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose_your_run.recording_09(), "
           "the OOM the lesson diagnoses) with expandable_segments:True on smaller and smaller "
           "cards. What is the smallest card size on which it runs without an OOM? Answer to "
           "within 2 MiB.",
@@ -58,6 +58,6 @@ def _judge_09(answer):
                   f"{format_size(size - STEP_09)}"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"))
 question("09.p2", "number", unit="settings")
