@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
 from gpumemlab.units import format_size, MiB
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 RECORDING = Path(__file__).resolve().parent / "data" / "training_run.pickle"
 
@@ -59,5 +59,9 @@ def _judge_09(answer):
 
 
 # -- the lesson's predict questions (see why_a_cache)
-question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"))
+question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"), misconceptions=(
+    Misconception("EXHAUSTION", "Reserved-but-unallocated memory plus what the driver still had "
+                  "would have held the request; only no single free block was large enough. "
+                  "That is fragmentation: the card was not too small."),
+))
 question("09.p2", "number", unit="settings")

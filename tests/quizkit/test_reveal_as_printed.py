@@ -35,29 +35,29 @@ def test_a_value_one_step_off_at_that_precision_is_still_off():
 @pytest.mark.parametrize("typed,actual", [("5 GB", 5 * GiB), ("512 MB", 512 * MiB),
                                           ("3.12 GB", round(3.12 * GiB))])
 def test_gb_for_gib_is_a_named_misconception(predict, typed, actual):
-    predict("02.p1", "free in total?")
-    predict.answer("02.p1", typed)
-    got = predict.judge("02.p1", actual)
+    predict("99.p1", "free in total?")
+    predict.answer("99.p1", typed)
+    got = predict.judge("99.p1", actual)
     assert got.verdict == "off"
     assert "not GiB" in got.rule or "not MiB" in got.rule, got.text
     assert got.rule in got.text
 
 
 def test_a_gib_guess_that_is_merely_wrong_names_no_unit_slip(predict):
-    predict("02.p1", "free in total?")
-    predict.answer("02.p1", "4 GiB")
-    assert predict.judge("02.p1", 5 * GiB).rule == ""
+    predict("99.p1", "free in total?")
+    predict.answer("99.p1", "4 GiB")
+    assert predict.judge("99.p1", 5 * GiB).rule == ""
 
 
 def test_rerunning_a_reveal_judges_the_first_measurement(predict):
-    predict("02.p1", "free in total?")
-    first = predict.judge("02.p1", 5 * GiB)          # Run All: no prediction yet
+    predict("99.p1", "free in total?")
+    first = predict.judge("99.p1", 5 * GiB)          # Run All: no prediction yet
     assert first.verdict == "none"
-    predict.answer("02.p1", "5 GiB")                   # the learner predicts, then re-runs ...
-    again = predict.judge("02.p1", 4 * GiB)            # ... on the state later cells left
+    predict.answer("99.p1", "5 GiB")                   # the learner predicts, then re-runs ...
+    again = predict.judge("99.p1", 4 * GiB)            # ... on the state later cells left
     assert again.verdict == "exact" and again.actual == 5 * GiB, again.text
-    predict.reset("02")                                # a reset forgets the measurement too
-    assert predict.judge("02.p1", 4 * GiB).actual == 4 * GiB
+    predict.reset("99")                                # a reset forgets the measurement too
+    assert predict.judge("99.p1", 4 * GiB).actual == 4 * GiB
 
 
 def test_enter_in_the_box_saves(predict):
