@@ -22,7 +22,7 @@ fields in docs/DOCTOR.md.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from .report import to_json, to_text
 from .report_html import to_html
@@ -108,10 +108,26 @@ class Diagnosis:
         """The JSON form (docs/DOCTOR.md, "JSON schema"): ``schema_version`` first, then every
         field but ``views``; fixes as plain dicts; a kind of None is "unknown"."""
         out = {"schema_version": SCHEMA_VERSION}
-        out.update(asdict(self))
-        out.pop("views")
+        # the fields meant, each converted on its own: ``views`` (the whole recording and its
+        # timeline, millions of objects) is never copied, as dataclasses.asdict(self) did
+        for f in fields(self):
+            if f.name != "views":
+                out[f.name] = _plain(getattr(self, f.name))
         if out["kind"] is None:
             out["kind"] = "unknown"
         rec = self.recommended
         out["recommended"] = None if rec is None else rec.name
         return out
+
+
+def _plain(value):
+    """``value`` with dataclasses as dicts (what ``dataclasses.asdict`` makes of a field)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
