@@ -17,7 +17,9 @@ from .snapshot_mode import diagnose_snapshot
 __all__ = ["doctor", "NotAnOOMMessage"]
 
 # words of every message form (message.py): a string holding one is a message, not a file name
-_MESSAGE_WORDS = ("out of memory", "allocation on device", "tried to allocate")
+_MESSAGE_WORDS = ("out of memory", "allocation on device", "tried to allocate", "out_of_memory",
+                  "oom when allocating", "resource_exhausted", "cache blocks", "kv cache",
+                  "not enough memory")
 
 
 def doctor(source=None, *, message: str | None = None, total_memory=None, request=None,

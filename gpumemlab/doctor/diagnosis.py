@@ -13,7 +13,9 @@ The kinds (a message decides them by the rules in message/kind.py):
 * ``"unexplained"`` (message mode): the driver had clearly more free memory than the request
   after the allocator released its cache, so the figures do not explain the OOM: the platform
   does (WDDM, WSL, unified memory, per-allocation limits, drivers);
-* ``"unknown"`` (message mode): the input says too little.
+* ``"unknown"`` (message mode): the input says too little;
+* ``"not_pytorch_allocator"`` (message mode): another framework's, a serving engine's, CUDA
+  initialisation's, NCCL's or pinned host memory's error (``details["framework"]`` names it).
 
 ``kind`` is ``"no_oom"`` for a recording that fits, ``"unknown"`` (or None, written "unknown" in
 the JSON) when the input does not say enough. Sizes are bytes; a field the input does not give is
@@ -29,7 +31,8 @@ from .report_html import to_html
 
 __all__ = ["Diagnosis", "Fix", "KINDS", "SCHEMA_VERSION"]
 
-KINDS = ("outside_pytorch", "fragmentation", "exhaustion", "unexplained", "unknown")
+KINDS = ("outside_pytorch", "fragmentation", "exhaustion", "unexplained", "unknown",
+         "not_pytorch_allocator")
 SCHEMA_VERSION = 1
 
 
