@@ -6,6 +6,8 @@ Run: python benchmarks/bench_real_recordings.py [--sizes-mb 25,100] [--repeats 3
 * json vs text: ``gpumemlab doctor FILE`` and ``gpumemlab doctor --json FILE`` on the largest
   real fixture in tests/fixtures/real/, as whole processes, interleaved, best of N each; the
   ratio json/text (target <= 1.2: the JSON form writes its fields, no deep copy of the views).
+  The ratio to a plain ``pickle.loads`` of the same bytes at each size separates the kit's
+  checks from what memory does to any loader at scale.
 * load: files of about each size made from a real fixture's shape (its trace entries repeated as
   new dicts that keep sharing the recording's frame lists, as PyTorch's writer shares them), then
   ``load_snapshot`` timed on each; seconds per MB for each size and their ratio (linear: ~1).
@@ -70,14 +72,20 @@ def load_scaling(sizes_mb, repeats: int) -> None:
         for size in sizes_mb:
             path = _grown(snapshot, int(size * MB), Path(tmp))
             mb = path.stat().st_size / MB
-            best = float("inf")
+            best = plain = float("inf")
+            data = path.read_bytes()
             for _ in range(repeats):
                 t = time.perf_counter()
                 load_snapshot(path)
                 best = min(best, time.perf_counter() - t)
+                t = time.perf_counter()
+                pickle.loads(data)       # the baseline: a trusting load of the same bytes
+                plain = min(plain, time.perf_counter() - t)
+            del data
             per_mb.append(best / mb)
             print(f"load_snapshot of {mb:.0f} MB (from {source.name}'s shape): best {best:.2f} s, "
-                  f"{best / mb * 1000:.1f} ms per MB")
+                  f"{best / mb * 1000:.1f} ms per MB; plain pickle.loads {plain:.2f} s; "
+                  f"ratio to it {best / plain:.2f}")
             path.unlink()
     print(f"per-MB time, largest / smallest file: {per_mb[-1] / per_mb[0]:.2f} (linear: ~1)")
 
