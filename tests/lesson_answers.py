@@ -17,7 +17,7 @@ RIGHT = {
 
 def _largest_after_empty_cache():
     import gpumemlab as gml
-    from gpumemlab.lessons.evidence import evidence_state
+    from gpumemlab.lessons.reading_the_evidence import evidence_state
     gpu, _rec = evidence_state()
     gpu.empty_cache()
     return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
@@ -90,7 +90,7 @@ RIGHT["08.ex"] = _block_08
 def _smallest_card_09():
     # bisect the card size on replays of the recording (to 1 MiB), between the bytes the run
     # allocated at its peak (cannot fit) and the recorded card (fits)
-    from gpumemlab.lessons.diagnose import fits_09, recording_09
+    from gpumemlab.lessons.diagnose_your_run import fits_09, recording_09
     from gpumemlab.recordings.replay import replay
     recorded = replay(recording_09())
     lo, hi = recorded.peak_allocated // (1 << 20) * (1 << 20), recorded.total_memory

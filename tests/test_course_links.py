@@ -58,13 +58,13 @@ def test_the_clone_folder_is_the_one_nbgitpuller_makes():
     # nbgitpuller clones into repo.rstrip('/').split('/')[-1]: a .git suffix stays
     assert clone_dir("https://git.example.edu/course/gpumemlab.git") == "gpumemlab.git"
     _, query = _parse(pull_link(HUB, "https://git.example.edu/course/gpumemlab.git",
-                                "notebooks/01_caching_allocator.ipynb"))
-    assert query["urlpath"] == "lab/tree/gpumemlab.git/notebooks/01_caching_allocator.ipynb"
+                                "notebooks/01_why_a_cache.ipynb"))
+    assert query["urlpath"] == "lab/tree/gpumemlab.git/notebooks/01_why_a_cache.ipynb"
     assert "targetpath" not in query
-    _, query = _parse(pull_link(HUB, REPO, "notebooks/01_caching_allocator.ipynb",
+    _, query = _parse(pull_link(HUB, REPO, "notebooks/01_why_a_cache.ipynb",
                                 target_path="courses/gml"))
     assert query["targetpath"] == "courses/gml"
-    assert query["urlpath"] == "lab/tree/courses/gml/notebooks/01_caching_allocator.ipynb"
+    assert query["urlpath"] == "lab/tree/courses/gml/notebooks/01_why_a_cache.ipynb"
 
 
 def test_characters_that_need_encoding_survive_both_levels():

@@ -193,7 +193,7 @@ CPYTHON_STACK = [   # innermost first, as a recording with C++ and Python stacks
 
 
 def test_culprit_frames_skip_the_interpreters_own_files():
-    from gpumemlab.doctor.growth_report import where
+    from gpumemlab.doctor.growth.result import where
     from gpumemlab.viz.frames import culprit_frame, frame_text
     assert frame_text(CPYTHON_STACK) == "/home/me/train.py:12 step"
     assert culprit_frame(CPYTHON_STACK[:5])["name"] == "forward"     # PyTorch's Python next

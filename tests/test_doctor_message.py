@@ -227,7 +227,7 @@ def test_cli_message_from_stdin_and_file(tmp_path):
     page = tmp_path / "r.html"
     run = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "doctor", "--message-file", str(f),
                           "--html", str(page)], capture_output=True, text=True)
-    assert run.returncode == 0 and "kind: exhaustion" in run.stdout
+    assert run.returncode == 0 and "kind: memory held outside PyTorch" in run.stdout
     assert "https://" not in page.read_text()
 
 

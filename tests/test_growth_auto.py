@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import gpumemlab as gml  # noqa: E402
 from gpumemlab.lessons import growth_cases as cases  # noqa: E402
 from gpumemlab.doctor.growth import GrowthError  # noqa: E402
-from gpumemlab.doctor.growth_iterations import find_iterations  # noqa: E402
+from gpumemlab.doctor.growth.iterations import find_iterations  # noqa: E402
 
 
 def _unmarked(rec):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import gpumemlab as gml
-from gpumemlab.lessons.diagnose import RECORDING, recording_09
+from gpumemlab.lessons.diagnose_your_run import RECORDING, recording_09
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON = ROOT / "notebooks" / "src" / "09_diagnose_your_run.py"
@@ -28,7 +28,7 @@ def test_it_ships_in_the_package_under_a_neutral_name():
     assert not re.search(r"frag|exhaust|split|expand", RECORDING.name, re.I)
     lesson = LESSON.read_text(encoding="utf-8")
     assert "sim_fragmentation_oom" not in lesson and "gives a hint" not in lesson
-    assert "from gpumemlab.lessons.diagnose import RECORDING" in lesson
+    assert "from gpumemlab.lessons.diagnose_your_run import RECORDING" in lesson
 
 
 def test_its_provenance_is_in_the_repo():

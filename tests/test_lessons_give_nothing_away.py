@@ -7,11 +7,13 @@ cells revealed. Then:
 * run-all records nothing: the progress file holds no prediction and no exercise attempt, and no
   output shows a hint or a verdict on the stub;
 * no predict cell's answer is stated on the way to it: for sizes, no size in any markdown, code
-  or output since the previous reveal (in any unit, or as a byte count) is within 1 % of the
+  or output since the previous question (its experiment's printed outputs included; in any unit, or as a byte count) is within 1 % of the
   revealed size (an answer of 0 bytes: no "nothing to return"), except the few premises listed
   with their reason; for numbers, no number followed by the question's unit is within 1 %; for
   choices, the text just before the question (the markdown above it and the output of the code
-  cell before that) does not name the keyed choice unless it names every choice;
+  cell before that), the headings and figure titles since the previous question do not name the
+  keyed choice unless they name every choice, and no phrase that says it in other words
+  (``TELLS``) appears since the previous question or in any earlier lesson;
 * no exercise's right answer (``lesson_answers.RIGHT``, found by the simulator) appears before
   its exercise cell, in that cell's output or in its task and hints: no size near it that the
   judge would accept, no block size or batch named apart from its neighbours, no list or
@@ -20,51 +22,15 @@ cells revealed. Then:
 """
 from __future__ import annotations
 
-import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
 from lesson_answers import RIGHT
+from lesson_runs import LESSONS, ROOT, executed
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
-
-ROOT = Path(__file__).resolve().parent.parent
-LESSONS = sorted(p.stem[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")
-                 if p.stem[:2] != "00")
-PROBE = ("import json as _json, gpumemlab as _gml\n"
-         "print('PROBE' + _json.dumps({i: [_gml.predict.spec(i).kind, _gml.predict.spec(i).unit, "
-         "list(_gml.predict.spec(i).choices), v] for i, v in _gml.predict.revealed.items()}))")
-_RUNS = {}
-
-
-def executed(key, tmp_path_factory):
-    """(cells, revealed, progress) of lesson ``key`` run top to bottom, once per session."""
-    if key not in _RUNS:
-        path = next((ROOT / "notebooks").glob(f"{key}_*.ipynb"))
-        nb = nbformat.read(path, as_version=4)
-        nb.cells.append(nbformat.v4.new_code_cell(PROBE))
-        progress = tmp_path_factory.mktemp(f"lesson{key}") / "progress.json"
-        env = {"GPUMEMLAB_HEADLESS": "1", "GPUMEMLAB_PROGRESS": str(progress),
-               "GPUMEMLAB_QUIZ_SEED": "1", "MPLBACKEND": "Agg",
-               "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        old = dict(os.environ)
-        os.environ.update(env)
-        try:
-            nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                    resources={"metadata": {"path": str(path.parent)}}).execute()
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
-        probe = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-        revealed = json.loads(probe.split("PROBE", 1)[1])
-        data = json.loads(progress.read_text()) if progress.exists() else {}
-        _RUNS[key] = (nb.cells[:-1], revealed, data)
-    return _RUNS[key]
-
 
 def outputs_text(cell) -> str:
     return "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")
@@ -137,11 +103,11 @@ def names_choice(text, key, choices):
 
 
 def earlier_texts(cells, at):
-    """(where, text) of every markdown, code source and output since the last reveal before
-    cell ``at`` (what the learner reads on the way to this question), and the predict cell's
-    own source (its question)."""
-    start = max([i + 1 for i, c in enumerate(cells[:at]) if "gml.reveal(" in c.source],
-                default=0)
+    """(where, text) of every markdown, code source and output since the previous question was
+    asked before cell ``at`` (what the learner reads on the way to this question: the previous
+    question's experiment and its printed outputs included), and the predict cell's own source
+    (its question)."""
+    start = max([i + 1 for i, c in enumerate(cells[:at]) if predict_ids(c)], default=0)
     for i, cell in enumerate(cells[start:at + 1], start):
         yield f"cell {i} source", cell.source
         if cell.cell_type == "code" and i < at:
@@ -157,6 +123,40 @@ PREMISES = {
                             "the question is which pages unmapping keeps for the third alone",
 }
 STILL_STATED = {}   # question -> what is left to do; strict: the test fails once it is fixed
+
+
+def headings_and_titles(cells, at) -> str:
+    """The markdown headings and the figure titles (``set_title``, ``suptitle``, ``title=``)
+    since the previous question: what a learner reads at a glance on the way to this one."""
+    start = max([i + 1 for i, c in enumerate(cells[:at]) if predict_ids(c)], default=0)
+    found = []
+    for cell in cells[start:at]:
+        if cell.cell_type == "markdown":
+            found += re.findall(r"^#+\s*(.+)$", cell.source, re.M)
+        else:
+            found += re.findall(r"""(?:set_title|suptitle|title\s*=)\(?\s*f?["']([^"']+)["']""",
+                                cell.source)
+    return "\n".join(found)
+
+
+# Words that give a choice question's keyed answer away without naming the choice: question ->
+# phrases that may appear nowhere before it, in its lesson or in any earlier one (a learner has
+# read those). Each was once a heading or a sentence ahead of its question.
+TELLS = {
+    "02.p2": ["still out of memory"],
+    "04.p3": ["leave the `except` block first", "except block first"],
+    "05.p3": ["more reuse"],
+    "06.p2": ["workload above then succeeds", "expandable segments it succeeds"],
+    "10.p3": ["not a leak", "first `step()` makes them", "later steps update them in place"],
+    "10.p4": ["the same step, more memory"],
+    "10.p5": ["saw-tooth", "sawtooth"],
+    "12.p1": ["handed to the next tensor of that same stream at once"],
+}
+
+
+def told(text, question):
+    low = text.lower()
+    return next((t for t in TELLS.get(question, ()) if t.lower() in low), None)
 
 
 def just_before(cells, at) -> str:
@@ -193,6 +193,11 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
         if kind == "choice":
             if names_choice(just_before(cells, at), value, choices):
                 spoilers.append(f"{pid}: the text just before names {value!r}")
+            if names_choice(headings_and_titles(cells, at), value, choices):
+                spoilers.append(f"{pid}: a heading or figure title names {value!r}")
+            for where, text in earlier_texts(cells, at):
+                if told(text, pid):
+                    spoilers.append(f"{pid}: {where} says {told(text, pid)!r}")
             continue
         for where, text in earlier_texts(cells, at):
             found = (states_size(text, value) if kind == "size"
@@ -200,6 +205,17 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
             if found and (pid, found) not in PREMISES:
                 spoilers.append(f"{pid} (answer {value}): {where} says {found!r}")
     assert not spoilers, "\n".join(spoilers)
+
+
+@pytest.mark.parametrize("question", sorted(TELLS))
+def test_no_earlier_lesson_tells_a_choice_answer(question):
+    """What a learner read in the lessons before this one (their sources: markdown and code)
+    does not say the answer in other words (``TELLS``)."""
+    sources = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+    earlier = [p for p in sources if p.stem[:2] < question[:2]]
+    found = [f"{p.name}: {told(p.read_text(), question)!r}" for p in earlier
+             if told(p.read_text(), question)]
+    assert not found, f"{question}'s answer, told before its lesson: {found}"
 
 
 def _exercise_answer_shown(text, answer, ex_id=None):
@@ -290,3 +306,9 @@ def test_the_finder_sees_the_spoilers_it_is_for():
     assert _exercise_answer_shown("with 4-token blocks the waste is 4.1 %", 4)
     assert not _exercise_answer_shown("block 2: 0.3 %, block 4: 0.5 %, block 8: 1.0 %", 4)
     assert _exercise_answer_shown("reserves 130.00 MiB", 130 << 20)
+    md = nbformat.v4.new_markdown_cell
+    cells = [md("## Not a leak: Adam's state"), nbformat.v4.new_code_cell(
+        'ax.set_title("yes, from the cache")'), nbformat.v4.new_code_cell('gml.predict("02.p2", "?")')]
+    assert "yes, from the cache" in headings_and_titles(cells, 2)
+    assert told(headings_and_titles(cells, 2), "10.p3") == "not a leak"
+    assert told("The very workload above then succeeds.", "06.p2")

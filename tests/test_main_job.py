@@ -1,5 +1,6 @@
-"""The main job: JupyterLab serving the notebooks, started the way `./kit lab` starts it, and a
-real (headless Chromium) browser opening a lesson in it.
+"""The main job: JupyterLab serving working copies of the notebooks, started the way `./kit lab`
+starts it, and a real (headless Chromium) browser opening a lesson in it; a save through Lab
+leaves the tracked notebooks as they are.
 
 When the tests run inside the environment `./kit` made, the server is started by `./kit lab`
 itself; elsewhere by the same `jupyter lab` command line. The browser check needs Debian's
@@ -34,16 +35,19 @@ def _get(url, timeout=5):
 
 
 @pytest.fixture(scope="module")
-def lab():
+def lab(tmp_path_factory):
+    work = tmp_path_factory.mktemp("lab")     # the working copies Lab opens (never notebooks/)
     port = _free_port()
     args = ["--no-browser", f"--port={port}", "--ip=127.0.0.1", f"--ServerApp.token={TOKEN}",
             "--ServerApp.open_browser=False"]
     stamp = pathlib.Path(sys.prefix) / ".gpumemlab-installed"
-    env = dict(os.environ, GPUMEMLAB_VENV=sys.prefix)
+    env = dict(os.environ, GPUMEMLAB_VENV=sys.prefix, GPUMEMLAB_LAB_DIR=str(work))
     if stamp.exists():  # inside ./kit's environment: run the README command itself
         cmd = [str(ROOT / "kit"), "lab", *args]
-    else:
-        cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={ROOT / 'notebooks'}", *args]
+    else:               # the same two steps ./kit lab takes
+        subprocess.run([sys.executable, "-m", "gpumemlab.cli.workcopy", str(ROOT / "notebooks"),
+                        str(work)], check=True, cwd=ROOT)
+        cmd = [sys.executable, "-m", "jupyterlab", f"--notebook-dir={work}", *args]
         if os.geteuid() == 0:
             cmd.append("--allow-root")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -77,9 +81,10 @@ def test_lab_serves_the_notebooks(lab):
     notebooks = sorted(i["name"] for i in items if i["type"] == "notebook")
     expected = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
     sources = sorted(p.name for p in (ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
+    expected = [n for n in expected if n[:2].isdigit()]
     assert status == 200 and notebooks == expected and len(notebooks) == len(sources) >= 10
-    # beside the lessons, only their sources' folder
-    assert sorted(i["name"] for i in items if i["type"] != "notebook") == ["src"]
+    # the working copies alone: no sources folder, the manifest hidden
+    assert [i["name"] for i in items if i["type"] != "notebook"] == []
     status, page = _get(f"{lab}/lab?token={TOKEN}")
     assert status == 200 and b"JupyterLab" in page
     status, body = _get(f"{lab}/api/kernelspecs?token={TOKEN}")
@@ -99,3 +104,16 @@ def test_a_browser_opens_a_lesson(lab):
     assert 'class="jp-Notebook' in dom or "jp-Notebook " in dom
     assert "Fragmentation: plenty free" in dom
     assert "Which device does this notebook run on" in dom  # its first code cell
+
+
+def test_lab_never_writes_the_tracked_lessons(lab):
+    """What Lab saves lands in the working copy; notebooks/ stays as committed."""
+    body = json.dumps({"type": "notebook", "content": {"cells": [], "metadata": {},
+                                                        "nbformat": 4, "nbformat_minor": 5}})
+    request = urllib.request.Request(f"{lab}/api/contents/02_fragmentation.ipynb?token={TOKEN}",
+                                     data=body.encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+    diff = subprocess.run(["git", "diff", "--quiet", "--", "notebooks/"], cwd=ROOT)
+    assert diff.returncode == 0, "Lab's save changed a tracked lesson"

@@ -49,7 +49,7 @@ def test_every_notebook_has_its_source_and_lessons_are_numbered_in_order():
     # keep the number their issue gave them
     numbers = [int(name[:2]) for name in CURRICULUM]
     assert numbers == sorted(set(numbers))
-    assert CURRICULUM[:10] == ["00_setup", "01_caching_allocator", "02_fragmentation",
+    assert CURRICULUM[:10] == ["00_setup", "01_why_a_cache", "02_fragmentation",
                                "03_reading_the_evidence", "04_empty_cache", "05_allocator_settings",
                                "06_expandable_segments", "07_activations", "08_paged_kv_cache",
                                "09_diagnose_your_run"]

@@ -78,7 +78,8 @@ def test_ci_runs_the_readme_test_command():
 
 # Files a wheel is built from (as in a clean clone); copied so the build's build/ and egg-info
 # never land in the checkout.
-_BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "gpumemlab", "quizzes")
+_BUILD_INPUTS = ("pyproject.toml", "setup.py", "README.md", "LICENSE", "gpumemlab", "quizzes",
+                 "notebooks")
 
 
 def _run(cmd, **kw):
@@ -125,13 +126,28 @@ _QUIZ_02 = ("import gpumemlab as gml, gpumemlab.quizkit.bank as b; "
 @pytest.mark.slow
 def test_a_wheel_installed_outside_the_checkout_has_the_quizzes_and_the_cli(tmp_path):
     src = _copy_checkout(tmp_path / "src")
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-          "-q", "-w", str(tmp_path / "dist"), str(src)])
+    # the build itself, as pip runs it, says nothing to warn about (no "package absent from the
+    # packages configuration" for a data folder)
+    build = subprocess.run([sys.executable, "-c", "import sys, setuptools.build_meta as b; "
+                            "b.build_wheel(sys.argv[1])", str(tmp_path / "dist")], cwd=src,
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    warned = [line for line in (build.stdout + build.stderr).splitlines()
+              if "Warning" in line or "is absent from the `packages`" in line]
+    assert not warned, warned
     wheel, = (tmp_path / "dist").glob("gpumemlab-*.whl")
     with zipfile.ZipFile(wheel) as zf:
-        banks = sorted(n for n in zf.namelist() if n.startswith("gpumemlab/quizkit/banks/"))
+        names = zf.namelist()
+        banks = sorted(n for n in names if n.startswith("gpumemlab/quizkit/banks/"))
         # lesson 09 diagnoses this recording when the learner has none of their own
-        assert "gpumemlab/lessons/data/training_run.pickle" in zf.namelist()
+        assert "gpumemlab/lessons/data/training_run.pickle" in names
+        lessons = sorted(n.rsplit("/", 1)[1] for n in names
+                         if n.startswith("gpumemlab/lessons/notebooks/"))
+        assert lessons == sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        assert {"gpumemlab/classroom/example/fragmentation_lab.ipynb",
+                "gpumemlab/classroom/example/roster.csv"} <= set(names)
+        assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+        assert "BSD 3-Clause" in zf.read(next(n for n in names if n.endswith("licenses/LICENSE"))).decode()
     assert [n.rsplit("/", 1)[1] for n in banks] == sorted(p.name for p in (ROOT / "quizzes").glob("*.yaml"))
 
     vpy, vsite = _fresh_venv(tmp_path / "venv", str(wheel))
@@ -144,6 +160,13 @@ def test_a_wheel_installed_outside_the_checkout_has_the_quizzes_and_the_cli(tmp_
     cli = vpy.parent / "gpumemlab"
     assert "assign" in _run([str(cli), "--help"], cwd=elsewhere, env=env)
     assert "usage: gpumemlab assign" in _run([str(cli), "assign", "--help"], cwd=elsewhere, env=env)
+    # a pip user's lessons and example assignment come out of the installed package
+    said = _run([str(cli), "lessons", "mine"], cwd=elsewhere, env=env)
+    copied = sorted(p.name for p in (elsewhere / "mine").glob("*.ipynb"))
+    assert copied == lessons and f"{len(lessons)} copied" in said and "jupyter lab mine" in said
+    _run([str(cli), "course", "example", "course"], cwd=elsewhere, env=env)
+    assert (elsewhere / "course" / "fragmentation_lab.ipynb").read_bytes() == \
+        (ROOT / "gpumemlab" / "classroom" / "example" / "fragmentation_lab.ipynb").read_bytes()
 
 
 @pytest.mark.slow

@@ -7,7 +7,10 @@ every capture with the same call stack (interned by the frames' code objects and
 It is a plain tuple of objects the garbage collector does not track (code objects, ints), so a
 history entry holding it is untracked too and long histories add nothing to collections. A
 snapshot turns it into PyTorch's frame dicts ``{"filename", "line", "name"}`` with
-:func:`frame_dicts`, new objects each time, so editing one snapshot changes nothing else.
+:func:`frame_dicts`, new objects each time, so editing one snapshot changes nothing else; or,
+within one snapshot, with a :class:`SharedFrames`, which shares them as PyTorch's
+``py_symbolize`` (torch/csrc/profiler/python/combined_traceback.cpp) does: one dict per distinct
+frame and one list per distinct captured stack, so a dumped file has a real file's shape.
 """
 from __future__ import annotations
 
@@ -33,6 +36,49 @@ def frame_dicts(context) -> list:
         return [{"filename": context[i].co_filename, "line": context[i + 1],
                  "name": context[i].co_name} for i in range(0, len(context), 2)]
     return [dict(f) if isinstance(f, dict) else f for f in context]
+
+
+class SharedFrames:
+    """``frame_dicts`` for one snapshot, sharing as PyTorch's ``py_symbolize`` does: the same
+    context (a captured stack is interned, like c10's ``CapturedTraceback`` pointer, and a
+    recorded list of frame dicts is one object) gives the same list, and equal frames the same
+    dict. Live only while one snapshot is built: it holds the contexts it has seen."""
+
+    def __init__(self):
+        self._lists: dict = {}   # id(context) -> (context, its frame list)
+        self._frames: dict = {}  # (filename, line, name) -> the one dict for that frame
+
+    def __call__(self, context) -> list:
+        if not context:
+            return []
+        known = self._lists.get(id(context))
+        if known is not None and known[0] is context:
+            return known[1]
+        if is_captured(context):
+            frames = [self._frame(context[i].co_filename, context[i + 1], context[i].co_name)
+                      for i in range(0, len(context), 2)]
+        else:
+            frames = [self._frame(f["filename"], f["line"], f["name"])
+                      if type(f) is dict and len(f) == 3 and _plain(f) else
+                      (dict(f) if isinstance(f, dict) else f) for f in context]
+        self._lists[id(context)] = (context, frames)
+        return frames
+
+    def _frame(self, filename, line, name) -> dict:
+        key = (filename, line, name)
+        frame = self._frames.get(key)
+        if frame is None:
+            frame = self._frames[key] = {"filename": filename, "line": line, "name": name}
+        return frame
+
+
+def _plain(frame: dict) -> bool:
+    """A frame of exactly PyTorch's three keys with hashable values (others are copied)."""
+    try:
+        hash((frame["filename"], frame["line"], frame["name"]))
+    except (KeyError, TypeError):
+        return False
+    return True
 
 
 def _outside(code, skip_prefix: str) -> bool:

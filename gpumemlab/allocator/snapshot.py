@@ -13,7 +13,7 @@ from typing import Callable
 from . import trace as tr
 from .block import BlockPool
 from .config import AllocatorConfig
-from .frames import frame_dicts
+from .frames import SharedFrames, frame_dicts
 
 # The states a snapshot gives a block (the one list of them; readers check against it).
 BLOCK_STATES = ("active_allocated", "active_pending_free", "inactive")
@@ -34,11 +34,12 @@ class SnapshotMixin:
     all_block_pools: Callable  # () -> every BlockPool, default first
     private_pool_head_blocks: Callable  # (PrivatePool) -> its segments' first blocks
 
-    def segments_snapshot(self, mempool_id=(0, 0)) -> list:
+    def segments_snapshot(self, mempool_id=(0, 0), frames_of=frame_dicts) -> list:
         """The ``segments`` list (of one private pool for a non-default ``mempool_id``, as
         c10 ``snapshot(mempool_id)``); records a ``snapshot`` trace entry. As in c10, a private
         pool's snapshot starts from the blocks with no ``prev`` only, so an expandable
-        segment's mapped ranges after an unmapped gap are not in it."""
+        segment's mapped ranges after an unmapped gap are not in it. ``frames_of`` turns a
+        block's context into its frame list (``snapshot`` passes a ``SharedFrames``)."""
         if mempool_id != (0, 0):
             pp = self.graph_pools.get(mempool_id)
             heads = self.private_pool_head_blocks(pp) if pp is not None else []
@@ -70,7 +71,7 @@ class SnapshotMixin:
                     "size": block.size,
                     "requested_size": block.requested_size,
                     "state": state,
-                    "frames": frame_dicts(block.context_when_allocated),
+                    "frames": frames_of(block.context_when_allocated),
                 })
                 address += block.size
                 total_size += block.size
@@ -92,22 +93,26 @@ class SnapshotMixin:
                 "segment_type": "small" if head.pool.is_small else "large",
                 "segment_pool_id": head.pool.mempool_id,
                 "is_expandable": head.expandable_segment is not None,
-                "frames": frame_dicts(head.context_when_segment_allocated),
+                "frames": frames_of(head.context_when_segment_allocated),
                 "blocks": blocks,
             })
         result.sort(key=lambda seg: seg["address"])
         self.record_trace(tr.SNAPSHOT, 0, total_active, 0, None, mempool_id)
         return result
 
-    def trace(self) -> list:
+    def trace(self, frames_of=frame_dicts) -> list:
         """The recorded history as PyTorch trace-entry dicts, oldest first."""
-        return [tr.entry_to_dict(e) for e in self.alloc_buffer.get()]
+        return [tr.entry_to_dict(e, frames_of) for e in self.alloc_buffer.get()]
 
     def snapshot(self) -> dict:
         """``torch.cuda.memory._snapshot()`` for this device."""
         # As in NativeCachingAllocator::snapshot: the trace is collected before the segments.
-        device_traces = [self.trace()]
-        segments = self.segments_snapshot()
+        # Frames are shared within the snapshot as THCPModule_memorySnapshot shares them (one
+        # dict per distinct frame, one list per distinct stack), so a dump has a real file's
+        # shape (and its memo references).
+        frames_of = SharedFrames()
+        device_traces = [self.trace(frames_of)]
+        segments = self.segments_snapshot(frames_of=frames_of)
         return {
             "segments": segments,
             "device_traces": device_traces,

@@ -94,8 +94,9 @@ class TraceRingBuffer:
         return len(self.columns[0])
 
 
-def entry_to_dict(entry) -> dict:
-    """One trace tuple as PyTorch's trace-entry dict."""
+def entry_to_dict(entry, frames_of=frame_dicts) -> dict:
+    """One trace tuple as PyTorch's trace-entry dict (``frames_of``: a ``SharedFrames`` to
+    share frames across one snapshot as PyTorch does)."""
     action, addr, size, stream, time_us, frames, user_metadata, pool_id = entry
     d = {"action": action}
     d["device_free" if action == OOM else "addr"] = addr
@@ -106,5 +107,5 @@ def entry_to_dict(entry) -> dict:
     d["user_metadata"] = user_metadata
     d["pool_id"] = pool_id  # torch 2.13's TraceEntry docstring: the entry's memory pool
     if frames is not None:
-        d["frames"] = frame_dicts(frames)
+        d["frames"] = frames_of(frames)
     return d

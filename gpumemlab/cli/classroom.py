@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from . import certificate as certificate_cli
+from .progress import LineSink, add_quiet, ticker
 
 
 def register(subparsers) -> None:
@@ -31,6 +32,7 @@ def register(subparsers) -> None:
                         "the same file")
     a.add_argument("--assignment", default=None, help="assignment name the variants are "
                    "derived from (default: notebook name; grade must use the same)")
+    add_quiet(a)
     a.set_defaults(func=_assign)
 
     g = subparsers.add_parser("grade", help="grade a folder of submissions",
@@ -68,6 +70,10 @@ def register(subparsers) -> None:
     g.add_argument("--certificates", type=Path, default=None,
                    help="certificates folder (default: certificates/ beside the CSV)")
     certificate_cli.add_issue_options(g)
+    g.add_argument("--json", action="store_true",
+                   help="print each student's scores as JSON (the files are written all the "
+                        "same; what grade says besides goes to stderr)")
+    add_quiet(g)
     g.set_defaults(func=_grade)
 
     certificate_cli.add_parser(subparsers, _certificate)
@@ -100,9 +106,11 @@ def _assign(args) -> int:
         raise _error(f"source notebook {args.source} does not exist")
     try:
         roster, secret = _variant_inputs(args)
-        report = assign(args.source, args.out, check=not args.no_check,
-                        cell_timeout=args.cell_timeout, roster=roster, secret=secret,
-                        assignment=args.assignment)
+        what = "checking the source and the student version" if not args.no_check else "writing"
+        with ticker(args, f"assign: {what}"):
+            report = assign(args.source, args.out, check=not args.no_check,
+                            cell_timeout=args.cell_timeout, roster=roster, secret=secret,
+                            assignment=args.assignment)
     except (NotebookFormatError, ValueError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     print(report.text())
@@ -110,8 +118,9 @@ def _assign(args) -> int:
 
 
 def _variant_inputs(args):
-    """-> (roster, secret) for assign, every input checked before the secret is created: a
-    source without variant cells needs neither (a roster given is still checked)."""
+    """-> (roster, secret) for assign, every input checked before the secret is created. A
+    source without variant cells makes one version for everyone: --roster or --secret with it
+    is a one-line error (it would write no per-student notebook and no secret)."""
     import nbformat
 
     from gpumemlab.classroom.assign import check_variant_out
@@ -123,9 +132,16 @@ def _variant_inputs(args):
     except Exception as exc:
         raise ValueError(f"not a readable notebook ({type(exc).__name__})") from None
     questions = variant_questions(nb)
-    roster = read_roster(args.roster)
     if not questions:
-        return roster, None
+        if args.roster is not None or args.secret is not None:
+            given = " and ".join(o for o, v in (("--roster", args.roster),
+                                                ("--secret", args.secret)) if v is not None)
+            raise VariantError(f"{given}: this source has no per-student variant questions (no "
+                               f"markdown cell with metadata.gpumemlab.variant), so every student "
+                               f"gets the same notebook: assign without {given}, or start from "
+                               f"the variant example, gpumemlab course example DIR")
+        return None, None
+    roster = read_roster(args.roster)
     if args.roster is None or args.secret is None:
         raise VariantError(f"the source has per-student variant questions "
                            f"({', '.join(questions)}): give --roster CSV and --secret FILE")
@@ -165,10 +181,12 @@ def _grade(args) -> int:
     policy = _late_policy(args)
     try:
         limits = {"memory_bytes": args.memory_mb << 20} if args.memory_mb else None
-        results = grade_all(args.source, args.submissions, workers=args.workers,
-                            cell_timeout=args.cell_timeout, timeout=args.timeout,
-                            progress=sys.stderr, sandbox=not args.no_sandbox, limits=limits,
-                            late=policy, assignment=args.assignment, secret=secret)
+        with ticker(args, "grade") as tick:
+            results = grade_all(args.source, args.submissions, workers=args.workers,
+                                cell_timeout=args.cell_timeout, timeout=args.timeout,
+                                progress=LineSink(tick, "graded") if tick.on else None,
+                                sandbox=not args.no_sandbox, limits=limits, late=policy,
+                                assignment=args.assignment, secret=secret)
     except (NotebookFormatError, VariantError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     except SandboxUnavailable as exc:
@@ -176,12 +194,13 @@ def _grade(args) -> int:
     assignment = args.assignment or args.source.stem
     from gpumemlab.classroom.late import format_time
 
+    say = sys.stderr if args.json else sys.stdout    # --json: stdout is the JSON alone
     write_csv(results, args.out, assignment=assignment,
               duedate=format_time(policy.due) if policy else "", roster=roster)
-    _write_items(results, args.out, assignment)
+    _write_items(results, args.out, assignment, say)
     feedback = args.feedback or args.out.parent / "feedback"
     failed = write_feedback(results, feedback, assignment=assignment)
-    print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}")
+    print(f"graded {len(results)} submissions: {args.out}, feedback in {feedback}", file=say)
     if failed:   # the others' feedback and certificates go on regardless
         from gpumemlab.classroom.intake import display_id
         from gpumemlab.cleantext import clean_text
@@ -193,11 +212,33 @@ def _grade(args) -> int:
                   file=sys.stderr)
     if args.certificates_key is not None:
         out = args.certificates or args.out.parent / "certificates"
-        rows = _certificate(args, lambda: certificate_cli.issue_grades(
-            args, args.out, args.course, args.certificates_key, out, assignment))
+        import contextlib
+
+        with contextlib.redirect_stdout(say):
+            rows = _certificate(args, lambda: certificate_cli.issue_grades(
+                args, args.out, args.course, args.certificates_key, out, assignment))
         n = sum(r["issued"] == "yes" for r in rows)
-        print(f"issued {n} certificate{'s' * (n != 1)} in {out}")
+        print(f"issued {n} certificate{'s' * (n != 1)} in {out}", file=say)
+    if args.json:
+        import json
+
+        print(json.dumps(_grades_json(results, assignment, args.out, feedback), indent=1))
     return 0
+
+
+def _grades_json(results, assignment, out, feedback) -> dict:
+    """Each student's scores and tests (no output: that is in their feedback files)."""
+    from gpumemlab.classroom.intake import display_id
+
+    keys = ("name", "score", "max_score", "status")
+    return {"assignment": assignment, "grades": str(out), "items": str(out.with_name("items.csv")),
+            "feedback": str(feedback),
+            "students": [{"student_id": display_id(r.student_id), "score": r.score,
+                          "late_penalty": r.penalty, "final_score": r.final_score,
+                          "max_score": r.max_score, "timestamp": r.timestamp,
+                          "isolated": r.isolated, "notes": list(r.notes),
+                          "tests": [{k: t.get(k) for k in keys} for t in r.tests]}
+                         for r in results]}
 
 
 def _late_policy(args):
@@ -226,13 +267,13 @@ def _late_policy(args):
     return policy
 
 
-def _write_items(results, out, assignment):
+def _write_items(results, out, assignment, say):
     """items.csv beside the grades: each student's score and answer per question."""
     from gpumemlab.classroom.items import write_items
 
     path = out.with_name("items.csv")
     write_items(results, path, assignment=assignment)
-    print(f"per-question results (for gpumemlab stats): {path}")
+    print(f"per-question results (for gpumemlab stats): {path}", file=say)
 
 
 def _certificate_checks(args):

@@ -4,6 +4,12 @@
 
 prints one nbgitpuller link per lesson notebook (``gpumemlab/classroom/links.py``): a student who
 opens it on the course's JupyterHub gets the repository cloned (or updated) and the lesson open.
+
+    gpumemlab course example DIR
+
+writes the example assignment (``gpumemlab/classroom/example/``, built by
+``scripts/build_example_assignment.py``) into DIR: a source notebook with graded per-student
+variant questions and a three-student roster, ready for docs/COURSE.md's first step.
 """
 from __future__ import annotations
 
@@ -40,6 +46,14 @@ def register(subparsers) -> None:
                            "checkout, else of the current folder)")
     link.set_defaults(func=_link)
 
+    ex = sub.add_parser(
+        "example", help="write an example assignment (variant questions) and a roster",
+        description="Write the example source assignment (nbgrader markup, one shared question "
+        "and two per-student variant questions, all graded) and a three-student roster into "
+        "DIR, then print the commands that assign and grade it (docs/COURSE.md).")
+    ex.add_argument("dir", type=Path, help="folder to write into (made if missing)")
+    ex.set_defaults(func=_example)
+
 
 def _usage(parser) -> int:
     parser.print_help()
@@ -59,4 +73,30 @@ def _link(args) -> int:
         raise CLIError(str(exc)) from None
     for item in links:
         print(f"{item.notebook}  {item.url}")
+    return 0
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "classroom" / "example"
+EXAMPLE_FILES = ("fragmentation_lab.ipynb", "roster.csv")
+
+
+def _example(args) -> int:
+    import shlex
+
+    from . import CLIError
+
+    taken = [n for n in EXAMPLE_FILES if (args.dir / n).exists()]
+    if taken:
+        raise CLIError(f"{args.dir / taken[0]} exists: choose an empty folder (nothing written)")
+    try:
+        args.dir.mkdir(parents=True, exist_ok=True)
+        for name in EXAMPLE_FILES:
+            (args.dir / name).write_bytes((EXAMPLE / name).read_bytes())
+    except OSError as exc:
+        raise CLIError(f"cannot write {args.dir}: {exc.strerror or exc}") from None
+    d = shlex.quote(str(args.dir))
+    print(f"wrote {args.dir / EXAMPLE_FILES[0]} (the source: solutions, hidden tests, two "
+          f"per-student variant questions) and {args.dir / EXAMPLE_FILES[1]}")
+    print(f"next (docs/COURSE.md): cd {d} && gpumemlab assign fragmentation_lab.ipynb release/ "
+          f"--roster roster.csv --secret course.secret")
     return 0

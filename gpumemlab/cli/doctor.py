@@ -6,15 +6,19 @@
   message mode. ``--json`` prints the JSON report instead of the text, ``--html FILE`` also
   writes the self-contained HTML report. Exit 0 with a diagnosis, 2 for input it cannot read
   (a text that is no OOM message, a snapshot that is not one).
-* ``diff A B``: bytes by allocation site (the culprit frame of each live block) that grew or
-  shrank from A to B, sites new in B and sites gone.
+* ``diff A B [--json]``: bytes by allocation site (the culprit frame of each live block) that
+  grew or shrank from A to B, sites new in B and sites gone (``--json``: every site, not the top).
+
+The settings search shows a progress line on a terminal (``--quiet``: none).
 """
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
 from gpumemlab.cli import CLIError
+from gpumemlab.cli.progress import add_quiet, ticker
 from gpumemlab.doctor.api import doctor
 from gpumemlab.doctor.message import NotAnOOMMessage
 from gpumemlab.recordings.files import SnapshotError, SnapshotWarning
@@ -44,6 +48,7 @@ def register(subparsers) -> None:
                    help="stop the settings search after this long (default 120)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the search's replays (default: one per core)")
+    add_quiet(p)
     p.set_defaults(func=cmd_doctor)
 
     p = subparsers.add_parser("diff", help="compare the live memory of two snapshots by site",
@@ -52,6 +57,8 @@ def register(subparsers) -> None:
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--top", type=int, default=15, help="sites to list per section (default 15)")
+    p.add_argument("--json", action="store_true",
+                   help="print every site's bytes and blocks in A and B as JSON")
     p.set_defaults(func=cmd_diff)
 
 
@@ -85,9 +92,12 @@ def cmd_doctor(args) -> int:
             elif args.message_file is not None or args.snapshot == "-":
                 d = doctor(message=_read_text(args.message_file or "-"))
             else:
-                d = doctor(args.snapshot, total_memory=args.total_memory, request=args.request,
-                           device=args.device, search=not args.no_search,
-                           workers=args.workers, budget_s=args.time_budget)
+                what = "replaying" if args.no_search else "replaying and searching the settings"
+                with ticker(args, f"doctor: {what}"):
+                    d = doctor(args.snapshot, total_memory=args.total_memory,
+                               request=args.request, device=args.device,
+                               search=not args.no_search, workers=args.workers,
+                               budget_s=args.time_budget)
         except NotAnOOMMessage as exc:
             raise CLIError(str(exc)) from None
         except (SnapshotError, ReplayError) as exc:
@@ -114,5 +124,14 @@ def cmd_diff(args) -> int:
             snaps.append(read_snapshot(path))
         except SnapshotError as exc:
             raise CLIError(str(exc)) from None
-    print(diff_text(site_diff(snaps[0].snapshot, snaps[1].snapshot), args.a, args.b, top=args.top))
+    d = site_diff(snaps[0].snapshot, snaps[1].snapshot)
+    if args.json:
+        keys = ("site", "bytes_a", "bytes_b", "blocks_a", "blocks_b")
+        out = {"a": args.a, "b": args.b, "total_a_bytes": d["total_a"],
+               "total_b_bytes": d["total_b"],
+               **{k: [dict(zip(keys, row)) for row in d[k]] for k in ("grew", "shrank", "new",
+                                                                      "gone")}}
+        print(json.dumps(out, indent=1))
+    else:
+        print(diff_text(d, args.a, args.b, top=args.top))
     return 0

@@ -4,8 +4,10 @@ simulated card and say whether it fits.
 
 The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
 to be loaded before torch), in the current directory, with its own arguments. Its output is shown
-as it runs (on stderr with ``--json``, so that stdout is the JSON alone). Exit status 0 when the
-script ran (fits or not: see ``fits``), 2 for input that cannot be planned.
+as it runs (on stderr with ``--json``, so that stdout is the JSON alone), under a progress line
+on a terminal (``--quiet``: none). Exit status 0 when the script ran and the step fits, 1 when it
+ran and does NOT fit (like ``verify``'s 1: the answer is no), 2 for input that cannot be planned
+or a script that stopped early.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import sys
 import tempfile
 
 from gpumemlab.cli import CLIError
+from gpumemlab.cli.progress import add_quiet, ticker
 from gpumemlab.planner.plan import CUDA_CONTEXT_BYTES
 from gpumemlab.units import format_size, parse_size
 
@@ -36,6 +39,7 @@ def register(subparsers) -> None:
                    help="the card's generation: its cuBLAS workspace size (8 MiB + 128 KiB before "
                         "Hopper, 32 MiB + 128 KiB on sm90) and get_device_capability()")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_quiet(p)
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs="...", help="the script's own arguments")
     p.set_defaults(func=cmd_plan)
@@ -66,10 +70,11 @@ def cmd_plan(args) -> int:
         env = dict(os.environ)
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
-        run = subprocess.run(cmd, env=env, stdout=sys.stderr if args.json else None)
+        with ticker(args, f"plan: running {os.path.basename(args.script)}") as tick:
+            returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick)
         if not os.path.exists(out):
             raise CLIError(f"the planning process ended without a result (exit status "
-                           f"{run.returncode})")
+                           f"{returncode})")
         with open(out, encoding="utf-8") as f:
             result = json.load(f)
     if result.get("error") and "peak_allocated_bytes" not in result:
@@ -81,7 +86,20 @@ def cmd_plan(args) -> int:
     if result.get("error"):
         print(f"gpumemlab plan: the script stopped early: {result['error']}", file=sys.stderr)
         return 2
-    return 0
+    return 0 if result["fits"] else 1
+
+
+def _run_script(cmd, env, out, tick) -> int:
+    """Run the planning process, its output shown as it comes: straight to the terminal, or,
+    under a progress line, line by line above it (unbuffered, so that it is not held back)."""
+    if not tick.on:
+        return subprocess.run(cmd, env=env, stdout=out if out is sys.stderr else None).returncode
+    env = dict(env, PYTHONUNBUFFERED="1")
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace") as proc:
+        for line in proc.stdout:
+            tick.line(line, out)
+    return proc.returncode
 
 
 def _text(r: dict) -> str:

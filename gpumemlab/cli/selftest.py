@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import json
 
+from gpumemlab.cli.progress import add_quiet, ticker
 from gpumemlab.units import format_size, parse_size
 
 
 def register(sub) -> None:
     p = sub.add_parser("selftest", help="run every lesson scenario on the simulator and, with "
                        "CUDA, on the real GPU, and compare them",
-                       description=__doc__.splitlines()[0])
+                       description="Every lesson scenario on the simulator and, with CUDA, on "
+                                   "the real card, compared. Exit status 0 when every scenario "
+                                   "tells its lesson's story and every compared one is equal; 1 "
+                                   "otherwise; 2 for a request that cannot run.")
     p.add_argument("--device", choices=("auto", "sim", "cuda"), default="auto",
                    help="auto (default): compare with the real GPU when CUDA is available")
     p.add_argument("--budget", default="2GiB",
                    help="memory per scenario (the simulated card's size and the real GPU's cap)")
     p.add_argument("--only", nargs="+", metavar="NAME", help="run only these scenarios")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_quiet(p)
     p.set_defaults(func=run)
 
 
@@ -64,7 +69,8 @@ def run(args) -> int:
             except BudgetError as exc:
                 raise CLIError(str(exc)) from None
             device = "cuda"
-    report = st.selftest(device, budget, names)
+    with ticker(args, f"selftest: {len(names or st.SCENARIOS)} scenarios on {device}"):
+        report = st.selftest(device, budget, names)
     if args.json:
         print(json.dumps(report, indent=1))
     else:

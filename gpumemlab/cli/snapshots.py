@@ -12,6 +12,7 @@ Every problem with the input is one line (``CLIError``), never a traceback.
 """
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 
@@ -35,6 +36,7 @@ def register(subparsers) -> None:
     p.add_argument("--top", type=int, default=10, help="live allocations to list (default 10)")
     p.add_argument("--range", metavar="START:END", help="also report trace entries START to END "
                                                         "(of the first device with a trace)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON (no block map)")
     p.set_defaults(func=cmd_report)
 
     p = subparsers.add_parser("verify", help="replay a recording and check every address",
@@ -44,6 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("snapshot")
     p.add_argument("--device", type=int, default=None,
                    help="replay only this device's trace (default: every device with a trace)")
+    p.add_argument("--json", action="store_true", help="print each device's result as JSON")
     p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("replay", help="what-if: replay under other allocator settings",
@@ -55,6 +58,7 @@ def register(subparsers) -> None:
     p.add_argument("--total-memory", action="append", default=[], metavar="SIZE",
                    help="device capacity, e.g. 80GiB (repeatable; default: the recording's)")
     p.add_argument("--device", type=int, default=None)
+    p.add_argument("--json", action="store_true", help="print the table's rows as JSON (bytes)")
     p.set_defaults(func=cmd_replay)
 
 
@@ -113,44 +117,70 @@ def _fragmentation(snap, total_memory=None):
 
 def cmd_report(args) -> int:
     snap = _load(args.snapshot)
+    facts = _report_facts(snap, args)
+    if args.json:
+        print(json.dumps(facts, indent=1))
+    else:
+        print(_report_text(facts, snap))
+    if args.png:
+        _png(snap, args.png, sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _report_facts(snap, args) -> dict:
+    """Everything ``report`` says, as numbers (the JSON; the text is made from it)."""
     segments = snap["segments"]
-    out = []
     reserved = sum(s["total_size"] for s in segments)
     allocated = sum(s["allocated_size"] for s in segments)
-    requested = sum(s["requested_size"] for s in segments)
-    traces = snap["device_traces"]
-    out.append(f"{args.snapshot}")
-    out.append(f"  segments: {len(segments)} ({sum(s['segment_type'] == 'small' for s in segments)} "
-               f"small, {sum(s['segment_type'] == 'large' for s in segments)} large, "
-               f"{sum(bool(s['is_expandable']) for s in segments)} expandable)")
-    out.append(f"  reserved {_size(reserved)}, allocated {_size(allocated)}, "
-               f"requested {_size(requested)}, cached free {_size(reserved - allocated)}")
-    out.append(f"  trace entries: {', '.join(str(len(t)) for t in traces) or 'none (no history)'}")
     settings = snap.get("allocator_settings") or {}
-    out.append(f"  allocator settings: {settings.get('PYTORCH_CUDA_ALLOC_CONF') or 'default'}")
     frag = _fragmentation(snap)
-    if frag is not None:
-        out.append("")
-        out.append(str(frag))
-    out.append("")
-    out.append(_blockmap_text(snap))
-    out.append("")
-    out.append(f"largest live allocations (top {args.top}):")
     live = [(b["size"], b["requested_size"], b["address"], b.get("frames") or [])
             for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
     live.sort(key=lambda t: (-t[0], t[2]))
-    for size, req, addr, frames in live[: args.top]:
-        where = frame_text(frames)      # the user's code, not PyTorch's own frames
-        out.append(f"  {_size(size):>12}  requested {req:>12}  at {addr:#x}  {where}")
-    if not live:
-        out.append("  (none)")
+    facts = {
+        "snapshot": args.snapshot, "top": args.top,
+        "segments": {"total": len(segments),
+                     "small": sum(s["segment_type"] == "small" for s in segments),
+                     "large": sum(s["segment_type"] == "large" for s in segments),
+                     "expandable": sum(bool(s["is_expandable"]) for s in segments)},
+        "reserved_bytes": reserved, "allocated_bytes": allocated,
+        "requested_bytes": sum(s["requested_size"] for s in segments),
+        "cached_free_bytes": reserved - allocated,
+        "trace_entries": [len(t) for t in snap["device_traces"]],
+        "alloc_conf": settings.get("PYTORCH_CUDA_ALLOC_CONF") or "",
+        "fragmentation": None if frag is None else frag.as_dict(),
+        # the user's code, not PyTorch's own frames
+        "largest_live": [{"size": size, "requested_size": req, "address": addr,
+                          "frame": frame_text(frames)}
+                         for size, req, addr, frames in live[: args.top]],
+    }
     if args.range:
-        out.append("")
-        out.extend(_range_report(snap, args.snapshot, args.range, args.top))
-    print("\n".join(out))
-    if args.png:
-        _png(snap, args.png)
-    return 0
+        facts["range"] = _range_facts(snap, args.snapshot, args.range, args.top)
+    return facts
+
+
+def _report_text(f, snap) -> str:
+    seg = f["segments"]
+    out = [f["snapshot"],
+           f"  segments: {seg['total']} ({seg['small']} small, {seg['large']} large, "
+           f"{seg['expandable']} expandable)",
+           f"  reserved {_size(f['reserved_bytes'])}, allocated {_size(f['allocated_bytes'])}, "
+           f"requested {_size(f['requested_bytes'])}, cached free {_size(f['cached_free_bytes'])}",
+           f"  trace entries: {', '.join(map(str, f['trace_entries'])) or 'none (no history)'}",
+           f"  allocator settings: {f['alloc_conf'] or 'default'}"]
+    frag = _fragmentation(snap) if f["fragmentation"] is not None else None
+    if frag is not None:
+        out += ["", str(frag)]
+    out += ["", _blockmap_text(snap), "",
+            f"largest live allocations (top {f['top']}):"]
+    for b in f["largest_live"]:
+        out.append(f"  {_size(b['size']):>12}  requested {b['requested_size']:>12}  at "
+                   f"{b['address']:#x}  {b['frame']}")
+    if not f["largest_live"]:
+        out.append("  (none)")
+    if "range" in f:
+        out += ["", *_range_text(f["range"])]
+    return "\n".join(out)
 
 
 def _parse_range(text, n):
@@ -165,7 +195,7 @@ def _parse_range(text, n):
     return start, min(end, n)
 
 
-def _range_report(snap, path, text, top):
+def _range_facts(snap, path, text, top) -> dict:
     """Entries START..END of a huge trace: what happened, the peaks, the biggest allocations."""
     devices = replay_devices(snap)
     if not devices:
@@ -178,24 +208,39 @@ def _range_report(snap, path, text, top):
     counts = {}
     for e in part:
         counts[e["action"]] = counts.get(e["action"], 0) + 1
-    out = [f"trace entries {start}:{end} of {len(trace)} (device {devices[0]}): "
-           + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))]
+    facts = {"start": start, "end": end, "trace_entries": len(trace), "device": devices[0],
+             "actions": dict(sorted(counts.items())), "replayed": None}
     result = _replay(snap, "range", path, device=devices[0], stop_at=end, stop_on_oom=False)
     rows = range(start, min(end, len(result.timeline)))
     if rows:
-        peak_r = max(result.timeline.reserved[i] for i in rows)
-        peak_a = max(result.timeline.allocated[i] for i in rows)
-        out.append(f"  in the range (replayed): peak reserved {_size(peak_r)}, peak allocated "
-                   f"{_size(peak_a)}; at entry {end - 1}: reserved "
-                   f"{_size(result.timeline.reserved[rows[-1]])}, allocated "
-                   f"{_size(result.timeline.allocated[rows[-1]])}")
+        tl = result.timeline
+        facts["replayed"] = {"peak_reserved_bytes": max(tl.reserved[i] for i in rows),
+                             "peak_allocated_bytes": max(tl.allocated[i] for i in rows),
+                             "last_entry": rows[-1], "reserved_bytes": tl.reserved[rows[-1]],
+                             "allocated_bytes": tl.allocated[rows[-1]]}
     allocs = sorted(((e["size"], start + k, e) for k, e in enumerate(part) if e["action"] == "alloc"),
                     key=lambda t: (-t[0], t[1]))
-    out.append(f"  largest allocations made in the range (top {top}):")
-    for size, index, e in allocs[:top]:
-        out.append(f"  {_size(size):>12}  entry {index:>8}  at {e['addr']:#x}  "
-                   f"{frame_text(e.get('frames'))}")
-    if not allocs:
+    facts["largest_allocations"] = [{"size": size, "entry": index, "address": e["addr"],
+                                     "frame": frame_text(e.get("frames"))}
+                                    for size, index, e in allocs[:top]]
+    facts["top"] = top
+    return facts
+
+
+def _range_text(f) -> list:
+    out = [f"trace entries {f['start']}:{f['end']} of {f['trace_entries']} (device "
+           f"{f['device']}): " + ", ".join(f"{n} {a}" for a, n in f["actions"].items())]
+    r = f["replayed"]
+    if r is not None:
+        out.append(f"  in the range (replayed): peak reserved {_size(r['peak_reserved_bytes'])}, "
+                   f"peak allocated {_size(r['peak_allocated_bytes'])}; at entry "
+                   f"{f['end'] - 1}: reserved {_size(r['reserved_bytes'])}, allocated "
+                   f"{_size(r['allocated_bytes'])}")
+    out.append(f"  largest allocations made in the range (top {f['top']}):")
+    for a in f["largest_allocations"]:
+        out.append(f"  {_size(a['size']):>12}  entry {a['entry']:>8}  at {a['address']:#x}  "
+                   f"{a['frame']}")
+    if not f["largest_allocations"]:
         out.append("  (none)")
     return out
 
@@ -204,7 +249,7 @@ def _blockmap_text(snap) -> str:
     return text_blockmap(snap)
 
 
-def _png(snap, path) -> None:
+def _png(snap, path, say) -> None:
     import matplotlib   # heavy: only --png pays for it
     matplotlib.use("Agg")
     fig = show(snap)
@@ -212,7 +257,7 @@ def _png(snap, path) -> None:
         fig.savefig(path, dpi=110)
     except OSError as exc:
         raise CLIError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    print(f"block map written to {path}")
+    print(f"block map written to {path}", file=say)
 
 
 # ----------------------------------------------------------------------------- verify
@@ -220,50 +265,64 @@ def _png(snap, path) -> None:
 def cmd_verify(args) -> int:
     snap = _load(args.snapshot)
     devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
-    ok = True
-    for device in devices:
-        ok = _verify_device(snap, args.snapshot, device, len(devices) > 1) and ok
-    if len(devices) > 1:
+    several = len(devices) > 1
+    checked = [_verify_device(snap, args.snapshot, device) for device in devices]
+    ok = all(f["verified"] for f in checked)
+    if args.json:
+        print(json.dumps({"snapshot": args.snapshot, "verified": ok, "devices": checked},
+                         indent=1))
+        return 0 if ok else 1
+    for f in checked:
+        print("\n".join(_verify_text(f, args.snapshot, several)))
+    if several:
         print("verified: every device reproduced" if ok else "NOT verified")
     return 0 if ok else 1
 
 
-def _verify_device(snap, path, device, several) -> bool:
+def _verify_device(snap, path, device) -> dict:
     label = "verify" if device is None else f"verify device {device}"
     # a recorded OOM is part of the run: replay past it (one the model adds is a mismatch)
-    result = _replay(snap, label, path, device=device, stop_on_oom=False)
-    done = result.allocations - result.alloc_mismatches
-    where = f"{path} (device {result.device})" if several else path
-    print(f"{where}: {result.replayed} of {result.entries} trace entries replayed under "
-          f"{result.recorded_alloc_conf or 'default settings'}")
-    print(f"  allocation addresses reproduced: {done} of {result.allocations}"
-          f" ({result.alloc_mismatches} mismatches)")
-    if result.segment_mismatches:
-        print(f"  segment releases not reproduced: {result.segment_mismatches}")
-    if result.start_problems:
-        print(f"  start state: {len(result.start_problems)} problems, first: "
-              f"{result.start_problems[0]}")
-    for note in result.notes:
-        print(f"  note: {note}")
-    if result.oom_mismatches:
-        print(f"  recorded OOMs the model did not run into: {result.oom_mismatches}")
-    if result.oom is not None:
-        recorded = result.oom["entry"]["action"] == "oom"
-        print(f"  the model ran out of memory at entry {result.oom['index']}"
-              f"{' (as recorded)' if recorded else ''}")
-    if result.allocations == 0:
-        # an empty trace reproduces trivially: say that nothing was checked instead
-        print(f"  nothing checked: the trace of device {result.device} holds no allocation "
-              f"({result.entries} entries)")
+    r = _replay(snap, label, path, device=device, stop_on_oom=False)
+    oom = None if r.oom is None else {"entry": r.oom["index"],
+                                      "recorded": r.oom["entry"]["action"] == "oom"}
+    # an empty trace reproduces trivially: nothing was checked, so it is not verified
+    ok = r.allocations > 0 and r.reproduced and r.replayed == r.entries
+    return {"device": r.device, "entries": r.entries, "replayed": r.replayed,
+            "alloc_conf": r.recorded_alloc_conf, "allocations": r.allocations,
+            "alloc_mismatches": r.alloc_mismatches, "segment_mismatches": r.segment_mismatches,
+            "oom_mismatches": r.oom_mismatches, "start_problems": list(r.start_problems),
+            "notes": list(r.notes), "oom": oom, "verified": ok}
+
+
+def _verify_text(f, path, several) -> list:
+    where = f"{path} (device {f['device']})" if several else path
+    out = [f"{where}: {f['replayed']} of {f['entries']} trace entries replayed under "
+           f"{f['alloc_conf'] or 'default settings'}",
+           f"  allocation addresses reproduced: {f['allocations'] - f['alloc_mismatches']} of "
+           f"{f['allocations']} ({f['alloc_mismatches']} mismatches)"]
+    if f["segment_mismatches"]:
+        out.append(f"  segment releases not reproduced: {f['segment_mismatches']}")
+    if f["start_problems"]:
+        out.append(f"  start state: {len(f['start_problems'])} problems, first: "
+                   f"{f['start_problems'][0]}")
+    out += [f"  note: {note}" for note in f["notes"]]
+    if f["oom_mismatches"]:
+        out.append(f"  recorded OOMs the model did not run into: {f['oom_mismatches']}")
+    if f["oom"] is not None:
+        out.append(f"  the model ran out of memory at entry {f['oom']['entry']}"
+                   f"{' (as recorded)' if f['oom']['recorded'] else ''}")
+    if f["allocations"] == 0:
+        out.append(f"  nothing checked: the trace of device {f['device']} holds no allocation "
+                   f"({f['entries']} entries)")
         if not several:
-            print("NOT verified: nothing to verify")
-        return False
-    ok = result.reproduced and result.replayed == result.entries
+            out.append("NOT verified: nothing to verify")
+        return out
     if not several:
-        print("verified: every allocation address reproduced" if ok else "NOT verified")
+        out.append("verified: every allocation address reproduced" if f["verified"]
+                   else "NOT verified")
     else:
-        print(f"  device {result.device}: {'reproduced' if ok else 'NOT reproduced'}")
-    return ok
+        out.append(f"  device {f['device']}: {'reproduced' if f['verified'] else 'NOT reproduced'}")
+    return out
 
 
 # ----------------------------------------------------------------------------- replay
@@ -278,18 +337,29 @@ def cmd_replay(args) -> int:
             label = "recorded" if conf is None else conf
             r = _replay(snap, label, args.snapshot, alloc_conf=conf, total_memory=total, device=args.device)
             frag = _fragmentation(r.snapshot, total_memory=r.total_memory)
-            ext = "-" if frag is None else f"{frag['external_fragmentation']:.2f}"
-            rows.append((label + ("" if conf is None else ""), _size(r.total_memory),
-                         _size(r.peak_reserved), _size(r.peak_allocated),
-                         _size(r.peak_reserved - r.peak_allocated), ext,
-                         "yes" if r.oom else "no",
-                         "-" if r.oom is None else str(r.oom["index"])))
+            rows.append({"settings": label, "alloc_conf": r.alloc_conf,
+                         "total_memory_bytes": r.total_memory,
+                         "peak_reserved_bytes": r.peak_reserved,
+                         "peak_allocated_bytes": r.peak_allocated,
+                         "external_fragmentation_end": None if frag is None
+                         else frag["external_fragmentation"],
+                         "oom_entry": None if r.oom is None else r.oom["index"]})
+    if args.json:
+        print(json.dumps({"snapshot": args.snapshot, "runs": rows}, indent=1))
+        return 0
     head = ("settings", "capacity", "peak reserved", "peak allocated", "reserved-allocated",
             "ext. frag (end)", "OOM", "at entry")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    cells = [(r["settings"], _size(r["total_memory_bytes"]), _size(r["peak_reserved_bytes"]),
+              _size(r["peak_allocated_bytes"]),
+              _size(r["peak_reserved_bytes"] - r["peak_allocated_bytes"]),
+              "-" if r["external_fragmentation_end"] is None
+              else f"{r['external_fragmentation_end']:.2f}",
+              "no" if r["oom_entry"] is None else "yes",
+              "-" if r["oom_entry"] is None else str(r["oom_entry"])) for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(head)]
     line = "  ".join(h.ljust(w) for h, w in zip(head, widths))
     print(line)
     print("-" * len(line))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    for c in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(c, widths)))
     return 0

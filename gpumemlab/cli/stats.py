@@ -6,7 +6,8 @@ not separate the students who understood from those who did not).
 
 With an ``items.csv`` (written by ``gpumemlab grade``) the items are the questions; with
 ``grades.csv`` alone they are the assignments in it, joined on student_id. Writes
-``DIR/stats.csv`` and ``DIR/stats.html`` (both, or neither) and prints the table and warnings.
+``DIR/stats.csv`` and ``DIR/stats.html`` (both, or neither) and prints the table and warnings
+(``--json``: the figures as JSON).
 The figures are ``classroom.item_stats``'s; the files ``classroom.stats_view``'s.
 """
 from __future__ import annotations
@@ -26,6 +27,8 @@ def register(subparsers) -> None:
                         "if there is one; without it the items are the assignments)")
     s.add_argument("--out", type=Path, default=None,
                    help="folder for stats.csv and stats.html (default: beside the grades)")
+    s.add_argument("--json", action="store_true",
+                   help="print the figures as JSON (the files are written all the same)")
     s.set_defaults(func=_stats)
 
 
@@ -64,6 +67,13 @@ def _stats(args) -> int:
         write_files(files)
     except OSError as exc:
         raise CLIError(f"cannot write {out}: {exc.strerror or exc}") from None
+    if args.json:
+        import dataclasses
+        import json
+
+        print(json.dumps({"items_are": what, "files": [str(p) for p in files],
+                          **dataclasses.asdict(stats)}, indent=1))
+        return 0
     source = f"questions from {items}" if items is not None else \
         f"assignments of {args.grades} (no items.csv)"
     print(f"{title} ({source})\n")

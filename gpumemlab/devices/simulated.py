@@ -20,6 +20,7 @@ from gpumemlab.allocator.driver import CudaError as _AllocatorCudaError
 from gpumemlab.allocator.frames import capture as _capture_frames
 from gpumemlab.allocator.oom import OutOfMemoryError as _AllocatorOOM
 from .errors import CudaError, OutOfMemoryError
+from .host_api import HostAPI, PinnedAllocation  # noqa: F401  (PinnedAllocation: gml's name)
 from .pools_api import PoolsAPI
 from gpumemlab.units import format_size, parse_size
 
@@ -83,7 +84,7 @@ class Allocation:
                 f"(block {format_size(self.size)}, stream {self.stream})>")
 
 
-class SimulatedGPU(PoolsAPI):
+class SimulatedGPU(PoolsAPI, HostAPI):
     """A GPU of ``total_memory`` bytes run by a faithful model of PyTorch's caching allocator.
 
     Args:
@@ -98,13 +99,18 @@ class SimulatedGPU(PoolsAPI):
         other_memory: bytes in use outside PyTorch's allocator (a real GPU loses a few hundred
             MiB to the CUDA context; other processes may hold more). 0 by default, so that every
             byte of ``total_memory`` is the allocator's and the lessons' numbers stay exact.
+        host_memory: the host's pinnable bytes for ``pin()`` (None, the default: no limit).
+        record_pinned_host_memory: put ``host_segments``/``host_traces`` in ``snapshot()``, as
+            PyTorch 2.14's ``_record_memory_history(..., record_pinned_host_memory=True)``.
     """
 
     kind = "simulated"
+    _allocation_type = Allocation  # what copy_ accepts as the device side
 
     def __init__(self, total_memory="24GiB", alloc_conf: str | None = None, *, device_index: int = 0,
                  record_history: bool = True, max_entries: int = DEFAULT_MAX_ENTRIES,
-                 record_frames: bool = True, name: str = "Simulated GPU", other_memory=0):
+                 record_frames: bool = True, name: str = "Simulated GPU", other_memory=0,
+                 host_memory=None, record_pinned_host_memory: bool = False):
         total = parse_size(total_memory, name="total_memory")
         if total < 2 * 1024 * 1024:
             raise ValueError(f"total_memory must be at least 2 MiB (one small segment), got {total}")
@@ -127,6 +133,7 @@ class SimulatedGPU(PoolsAPI):
                                                 max_entries=max_entries, other_memory=other)
         self._lock = threading.RLock()
         self._init_pools_api()
+        self._init_host_api(host_memory, record_pinned_host_memory)
 
     # ------------------------------------------------------------------ identity
     @property
@@ -245,6 +252,8 @@ class SimulatedGPU(PoolsAPI):
         """``torch.cuda.memory._snapshot()``: segments, device_traces, allocator_settings."""
         snap = self.allocator.snapshot()
         snap["device_traces"] = [[] for _ in range(self.device_index)] + snap["device_traces"]
+        if self.host_allocator.record_history:
+            snap.update(self._host_snapshot())
         return snap
 
     def empty_cache(self) -> None:
@@ -277,7 +286,8 @@ class SimulatedGPU(PoolsAPI):
         return self.allocator.config.last_allocator_settings
 
     def record_memory_history(self, enabled: str | None = "all", context: str | None = "all",
-                              max_entries: int = DEFAULT_MAX_ENTRIES, skip_actions=None) -> None:
+                              max_entries: int = DEFAULT_MAX_ENTRIES, skip_actions=None,
+                              record_pinned_host_memory: bool | None = None) -> None:
         """``torch.cuda.memory._record_memory_history``: "all" keeps history, "state" keeps only
         the current state (a 1-entry buffer), None turns recording off and clears it;
         ``max_entries`` bounds the history (``DEFAULT_MAX_ENTRIES`` unless given);
@@ -286,6 +296,8 @@ class SimulatedGPU(PoolsAPI):
             raise ValueError(f"enabled must be None, 'state' or 'all', not {enabled!r}")
         if enabled == "state":
             max_entries = 1
+        if record_pinned_host_memory is not None:
+            self.host_allocator.record_history = bool(record_pinned_host_memory) and bool(enabled)
         self.allocator.record_history_settings(enabled is not None, context=context,
                                                max_entries=max_entries, skip_actions=skip_actions)
 

@@ -1,20 +1,20 @@
 """The OOM doctor: from a pasted "CUDA out of memory" message or a snapshot to the cause and the
 setting that would have saved the run.
 
-``gml.doctor(source)`` (``api.doctor``) reads a message (``message_text`` cleans a paste,
-``message`` reads every form PyTorch's allocators have printed, ``message_platform`` finds the
-platform, ``message_sanity`` flags impossible figures, ``message_kind`` decides the kind,
-``message_fixes`` fits the fixes, ``message_mode`` puts them together) or a snapshot
+``gml.doctor(source)`` (``api.doctor``) reads a message (``message.text`` cleans a paste,
+``message`` (the package's face) reads every form PyTorch's allocators have printed, ``message.platform`` finds the
+platform, ``message.sanity`` flags impossible figures, ``message.kind`` decides the kind,
+``message.remedies`` fits the fixes, ``message.mode`` puts them together) or a snapshot
 (``snapshot_mode``: the device that ran out (``devices``), faithful replay, the OOM, its kind and
 ``evidence``, then ``search`` of the allocator settings and the smallest card, each verified by a
 replay and ranked in ``fixes``; ``snapshot_details`` for the structured part; ``state_only`` for a
 snapshot without a trace) and returns a ``diagnosis.Diagnosis``, rendered as text or JSON
 (``report``) or a self-contained HTML page (``report_html``).
 
-Memory that grows step after step: ``gml.growth(recording)`` (``growth.py``) names the cause of
+Memory that grows step after step: ``gml.growth(recording)`` (``growth/``) names the cause of
 each iteration (leak, one-time state, new shapes, higher peak, fragmentation, steady) with its
-evidence (``growth_report``, drawn by ``growth_figure``, JSON by ``growth_json``), finding the
-iterations itself when nothing marks them (``growth_iterations``); the real
+evidence (``growth.result``, drawn by ``growth.figure``, JSON by ``growth.json_form``), finding the
+iterations itself when nothing marks them (``growth.iterations``); the real
 torch loops that show each cause are in ``gpumemlab.lessons.growth_cases``.
 
 This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and

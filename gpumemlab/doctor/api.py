@@ -11,13 +11,15 @@ import os
 
 from .diagnosis import Diagnosis
 from .message import NotAnOOMMessage
-from .message_mode import diagnose_message
+from .message.mode import diagnose_message
 from .snapshot_mode import diagnose_snapshot
 
 __all__ = ["doctor", "NotAnOOMMessage"]
 
 # words of every message form (message.py): a string holding one is a message, not a file name
-_MESSAGE_WORDS = ("out of memory", "allocation on device", "tried to allocate")
+_MESSAGE_WORDS = ("out of memory", "allocation on device", "tried to allocate", "out_of_memory",
+                  "oom when allocating", "resource_exhausted", "cache blocks", "kv cache",
+                  "not enough memory")
 
 
 def doctor(source=None, *, message: str | None = None, total_memory=None, request=None,

@@ -1,7 +1,7 @@
 """What the doctor returns: a :class:`Diagnosis` (the kind of OOM, the figures, the evidence, the
 ranked fixes) and its :class:`Fix` entries, for both a pasted message and a snapshot.
 
-The kinds (a message decides them by the rules in message_kind.py):
+The kinds (a message decides them by the rules in message/kind.py):
 
 * ``"outside_pytorch"``: memory held outside PyTorch's allocator (other processes, the CUDA
   context, other libraries) is larger than what PyTorch reserved: no allocator setting helps;
@@ -13,7 +13,9 @@ The kinds (a message decides them by the rules in message_kind.py):
 * ``"unexplained"`` (message mode): the driver had clearly more free memory than the request
   after the allocator released its cache, so the figures do not explain the OOM: the platform
   does (WDDM, WSL, unified memory, per-allocation limits, drivers);
-* ``"unknown"`` (message mode): the input says too little.
+* ``"unknown"`` (message mode): the input says too little;
+* ``"not_pytorch_allocator"`` (message mode): another framework's, a serving engine's, CUDA
+  initialisation's, NCCL's or pinned host memory's error (``details["framework"]`` names it).
 
 ``kind`` is ``"no_oom"`` for a recording that fits, ``"unknown"`` (or None, written "unknown" in
 the JSON) when the input does not say enough. Sizes are bytes; a field the input does not give is
@@ -22,14 +24,15 @@ fields in docs/DOCTOR.md.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 
 from .report import to_json, to_text
 from .report_html import to_html
 
 __all__ = ["Diagnosis", "Fix", "KINDS", "SCHEMA_VERSION"]
 
-KINDS = ("outside_pytorch", "fragmentation", "exhaustion", "unexplained", "unknown")
+KINDS = ("outside_pytorch", "fragmentation", "exhaustion", "unexplained", "unknown",
+         "not_pytorch_allocator")
 SCHEMA_VERSION = 1
 
 
@@ -108,10 +111,26 @@ class Diagnosis:
         """The JSON form (docs/DOCTOR.md, "JSON schema"): ``schema_version`` first, then every
         field but ``views``; fixes as plain dicts; a kind of None is "unknown"."""
         out = {"schema_version": SCHEMA_VERSION}
-        out.update(asdict(self))
-        out.pop("views")
+        # the fields meant, each converted on its own: ``views`` (the whole recording and its
+        # timeline, millions of objects) is never copied, as dataclasses.asdict(self) did
+        for f in fields(self):
+            if f.name != "views":
+                out[f.name] = _plain(getattr(self, f.name))
         if out["kind"] is None:
             out["kind"] = "unknown"
         rec = self.recommended
         out["recommended"] = None if rec is None else rec.name
         return out
+
+
+def _plain(value):
+    """``value`` with dataclasses as dicts (what ``dataclasses.asdict`` makes of a field)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

@@ -12,6 +12,7 @@ _KIND_TITLE = {"fragmentation": "fragmentation", "exhaustion": "exhaustion (out 
                "outside_pytorch": "memory held outside PyTorch", "no_oom": "no OOM",
                "unexplained": "unexplained by the figures (the platform refused)",
                "unknown": "unknown (the input says too little)",
+               "not_pytorch_allocator": "not a PyTorch allocator OOM",
                None: "unknown (the input says too little)"}
 WIDTH = 100
 

@@ -10,7 +10,10 @@ fraction (``per_process_memory_fraction``, newest PyTorch; ``set_per_process_mem
 in code), so each comes with one just under 1.0; ``roundup_power2_divisions`` 4 and 8; and
 combinations of the best single settings. The smallest card is a binary search on the capacity
 under the recorded settings, to 2 MiB (c10 ``kRoundLarge``); it assumes that a run which fits a
-card fits every bigger one, and the answer is verified by its own replay.
+card fits every bigger one, and the answer is verified by its own replay. Under the recorded
+settings every replay is the faithful one (``alloc_conf=None``), which rebuilds the recorded
+start state (the segments and cache of a recording begun mid-run); passing the recorded string
+itself would be a what-if, which drops the cached start and so claims a card too small.
 
 The replays are independent, so with several cores they run in worker processes (``fork``:
 each worker inherits the recording instead of receiving a copy; one process off Linux or with
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from gpumemlab.allocator.config import AllocatorConfig
 from gpumemlab.recordings.replay import replay
-from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES
+from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES, recorded_alloc_conf
 
 __all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card",
            "DEFAULT_BUDGET_S", "workers_available"]
@@ -118,13 +121,22 @@ def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device:
     except ValueError as exc:
         c.error = str(exc)
         return c
-    r = replay(snap, alloc_conf=conf, total_memory=capacity, device=device, stop_at=stop_at)
+    r = _replay(snap, conf, capacity, device, stop_at)
     c.fits = r.oom is None
     c.peak_reserved_bytes = r.peak_reserved
     c.headroom_bytes = capacity - r.peak_reserved if c.fits else None
     c.first_failing_entry = None if r.oom is None else r.oom["index"]
     c.shortfall_bytes = None if r.oom is None else r.oom.get("shortfall_bytes")
     return c
+
+
+def _replay(snap, conf: str, capacity: int, device: int, stop_at):
+    """``replay`` under ``conf``: the faithful replay (recorded start state kept) when ``conf``
+    is what the recording ran under, a what-if otherwise."""
+    recording = getattr(snap, "snapshot", snap)     # a read_snapshot result, or the dict
+    same = isinstance(recording, dict) and conf == recorded_alloc_conf(recording)
+    return replay(snap, alloc_conf=None if same else conf, total_memory=capacity, device=device,
+                  stop_at=stop_at)
 
 
 def workers_available(workers=None) -> int:
@@ -228,8 +240,7 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
     smallest card verified so far, which fits but may not be the least.
     """
     deadline = float("inf") if deadline is None else deadline
-    top = replay(snap, alloc_conf=conf, total_memory=UNLIMITED_BYTES, device=device,
-                 stop_at=stop_at)
+    top = _replay(snap, conf, UNLIMITED_BYTES, device, stop_at)
     replays = 1
     if top.oom is not None:
         return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,
@@ -242,14 +253,14 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
             stopped = True
             break
         mid = (lo + hi) // 2 // _STEP * _STEP
-        r = replay(snap, alloc_conf=conf, total_memory=mid, device=device, stop_at=stop_at)
+        r = _replay(snap, conf, mid, device, stop_at)
         replays += 1
         if r.oom is None:
             hi, best_peak, verified = mid, r.peak_reserved, True
         else:
             lo = mid
     if not verified:
-        r = replay(snap, alloc_conf=conf, total_memory=hi, device=device, stop_at=stop_at)
+        r = _replay(snap, conf, hi, device, stop_at)
         replays += 1
         if r.oom is not None:        # not monotone after all: say so rather than guess
             return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,

@@ -2,9 +2,9 @@
 ``quizkit``'s exercise machinery), its selftest workload and the models and loops it studies.
 A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its module here:
 
-* ``caching_allocator`` (01), ``fragmentation`` (02), ``evidence`` (03), ``empty_cache`` (04),
+* ``why_a_cache`` (01), ``fragmentation`` (02), ``reading_the_evidence`` (03), ``empty_cache`` (04),
   ``allocator_settings`` (05), ``expandable_segments`` (06), ``activations`` (07, with its model
-  ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose`` (09, with ``training_run``, the torch loop
+  ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose_your_run`` (09, with ``training_run``, the torch loop
   that made its recording in ``data/``), ``memory_that_grows`` (10, with its
   real torch loops ``growth_cases``), ``pools_and_graphs`` (11),
   ``streams`` (12), ``serving_memory`` (13), ``will_it_fit`` (14: its
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from gpumemlab.quizkit import exercise, predict, reveal
 from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
-from . import (activations, allocator_settings, caching_allocator, diagnose,  # noqa: F401
-               empty_cache, evidence, expandable_segments, fragmentation, memory_that_grows,
-               paged_kv_cache, pools_and_graphs, serving_memory,
-               streams, will_it_fit)
+from . import (activations, allocator_settings, diagnose_your_run,  # noqa: F401
+               empty_cache, expandable_segments, fragmentation, memory_that_grows,
+               paged_kv_cache, pools_and_graphs, reading_the_evidence, serving_memory,
+               streams, why_a_cache, will_it_fit)
 
 __all__ = ["exercise", "predict", "reveal", "get", "all_exercises", "judge", "judge_json"]

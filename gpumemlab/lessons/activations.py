@@ -110,7 +110,7 @@ def _forward_backward(run, size, per_layer, checkpoint) -> bool:
     return True
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("07.p1", "size")
 question("07.p2", "number", unit="times", tolerance=0.01,
          tolerance_why="a ratio of two peaks, shown to 2 decimals", misconceptions=(

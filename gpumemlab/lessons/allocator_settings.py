@@ -13,7 +13,7 @@ import re
 from gpumemlab.devices.scenarios import _Run, mib_round
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, alloc_conf_answer, exercise
 from gpumemlab.units import format_size, GiB, KiB, MiB
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
 # -- 05: make a workload fit an 8 GiB card with one setting
@@ -145,8 +145,21 @@ def variable_lengths(gpu, *, count: int = 300, seed: int = 0, release: bool = Tr
     return run.finish(release)
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("05.p1", "choice",
-         choices=("defaults only", "max_split_size_mb:512 only", "both", "neither"))
+         choices=("defaults only", "max_split_size_mb:512 only", "both", "neither"),
+         misconceptions=(
+             Misconception("max_split_size_mb:512 only", "It is the other way round: with the "
+                           "defaults `should_split` lets the small tensors carve up the cached "
+                           "1 GiB block; max_split_size_mb:512 keeps blocks above 512 MiB whole, "
+                           "so the second 1 GiB finds one."),
+             Misconception("neither", "With the defaults the small tensors split the cached "
+                           "1 GiB block (`should_split`), so no free block is large enough for "
+                           "the second 1 GiB, and the driver has no room for a new one."),
+         ))
 question("05.p2", "number", unit="retries")
-question("05.p3", "choice", choices=("lower", "the same", "higher"))
+question("05.p3", "choice", choices=("lower", "the same", "higher"), misconceptions=(
+    Misconception("higher", "Each block does waste more to rounding, but with fewer distinct "
+                  "sizes a freed block fits the next request, so fewer new segments are made: "
+                  "here the reuse outweighs the waste."),
+))

@@ -107,7 +107,7 @@ def empty_cache_story(gpu, *, release: bool = True):
     return run.finish(release)
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("04.p1", "size", misconceptions=(
     Misconception(lambda a: 0, "empty_cache() releases only segments with no live block: one "
                   "live byte pins its whole 2 MiB segment."),
@@ -118,4 +118,9 @@ question("04.p2", "size", misconceptions=(
     Misconception(lambda a: 4 * GiB, "empty_cache() returns whole segments only: the four free "
                   "GiB are pieces of one 7 GiB segment that still holds live tensors."),
 ))
-question("04.p3", "choice", choices=("yes", "no: out of memory"))
+question("04.p3", "choice", choices=("yes", "no: out of memory"), misconceptions=(
+    Misconception("yes", "Inside `except ... as err:` the traceback still holds the failed step's "
+                  "frames and their 6 GiB of activations: with batch 4's 5 GiB that is more than "
+                  "the 8 GiB card, and empty_cache() cannot free live tensors. Retry after the "
+                  "except block ends."),
+))

@@ -60,11 +60,16 @@ def _judge_06(answer):
                   f"does not"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("06.p1", "number", unit="segments", misconceptions=(
     Misconception(lambda a: 1, "The small pool and the large pool never share a segment: the "
                   "1-byte tensor keeps its own 2 MiB one."),
     Misconception(lambda a: 3, "Expandable segments map new pages into one growing segment per "
                   "pool: the two large tensors share it."),
 ))
-question("06.p2", "choice", choices=("yes", "no: out of memory"))
+question("06.p2", "choice", choices=("yes", "no: out of memory"), misconceptions=(
+    Misconception("no: out of memory", "An expandable segment is one virtual range whose physical "
+                  "pages are mapped as needed: the free pages between live tensors can be "
+                  "unmapped (`release_cached_blocks`) and mapped again at the segment's end, so "
+                  "the request needs free memory, not one contiguous free block."),
+))

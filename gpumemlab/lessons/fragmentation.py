@@ -57,7 +57,7 @@ def _judge_02(answer):
                   f"3 GiB tensor fits from the cache"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("02.p1", "size", misconceptions=(
     Misconception(lambda a: a - GiB, "1 GiB short: the driver still has the 1 GiB of the card "
                   "that the 7 GiB segment did not take."),

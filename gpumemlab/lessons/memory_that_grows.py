@@ -20,7 +20,7 @@ import re
 
 from gpumemlab.units import format_size
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 # method -> the arguments allowed, as written
 _METHODS = {"detach": ("",), "argmax": ("1", "dim=1", "-1", "dim=-1"), "tolist": ("",),
@@ -143,14 +143,43 @@ def _judge_10(answer):
                   f"(gml.growth: {', '.join(sorted(set(report.causes)))})"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
-question("10.p1", "size")
-question("10.p2", "size")
-question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"))
-question("10.p4", "choice", choices=("steady", "leak", "new shapes", "fragmentation"))
+# -- the lesson's predict questions (see why_a_cache)
+question("10.p1", "size", misconceptions=(
+    Misconception(lambda a: 0, "The list holds a reference to each step's output tensor, so "
+                  "nothing that tensor keeps alive can be freed: each step leaves it behind."),
+))
+question("10.p2", "size", misconceptions=(
+    Misconception(lambda a: 512, "The sum is a tensor with a grad_fn: it keeps every step's "
+                  "autograd graph, and the tensors that graph saved, not only one 512-byte "
+                  "block for the scalar."),
+    Misconception(lambda a: 4, "The sum is a tensor with a grad_fn: it keeps every step's "
+                  "autograd graph and its saved tensors, not only a 4-byte float."),
+))
+question("10.p3", "choice", choices=("step 0", "step 1", "every step", "none"), misconceptions=(
+    Misconception("every step", "Adam makes exp_avg and exp_avg_sq in its first step() and updates "
+                  "them in place after that: the memory comes once, then stays flat."),
+    Misconception("none", "Adam's two moments are new memory, twice the parameters' bytes, and "
+                  "they stay: its first step() makes them."),
+))
+question("10.p4", "choice", choices=("steady", "leak", "new shapes", "fragmentation"),
+         misconceptions=(
+             Misconception("steady", "Peak allocated is step 0's again, but reserved grows: the "
+                           "same requests did not fit the blocks step 0 left cached, so new "
+                           "segments came. gml.growth calls that fragmentation."),
+             Misconception("leak", "Nothing stays alive after the step (its tensors die when the "
+                           "function returns): the growth is in reserved, not allocated, memory."),
+         ))
 question("10.p5", "choice", choices=("grows every step until the loop ends",
                                      "grows, then drops back at each collector pass",
-                                     "stays flat: each record is freed when it is dropped"))
+                                     "stays flat: each record is freed when it is dropped"),
+         misconceptions=(
+             Misconception("grows every step until the loop ends", "That is the loop with the "
+                           "collector off. With it on, each pass frees the unreachable cycles and "
+                           "the tensors they hold, so the memory falls back."),
+             Misconception("stays flat: each record is freed when it is dropped", "A record in a "
+                           "reference cycle keeps a reference to itself: dropping it does not "
+                           "bring its count to zero, so only the cyclic collector frees it."),
+         ))
 
 
 # -- what the lesson prints of a loop: the leak as it runs, never its fix

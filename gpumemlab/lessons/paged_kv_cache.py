@@ -113,7 +113,7 @@ def kv_paged(gpu, *, count: int = 60, seed: int = 0, block_tokens: int = 16, rel
     return run.finish(release)
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("08.p1", "size", misconceptions=(
     Misconception(lambda a: a // 2, "Half of it: every layer keeps a key AND a value vector "
                   "per token."),

@@ -70,7 +70,7 @@ def _judge_11(answer):
                    f"{exact(size)}"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 def _largest_first(_actual) -> int:
     gpu, graphs, outs = capture_graphs([8, 4, 2, 1])
     return gpu.memory_reserved()

@@ -28,7 +28,7 @@ from gpumemlab.devices.compare import compare, summary
 from gpumemlab.units import format_size, parse_size
 from .activations import activations
 from .allocator_settings import big_then_small, growing, max_split_conf, variable_lengths
-from .caching_allocator import cache_reuse
+from .why_a_cache import cache_reuse
 from .empty_cache import empty_cache_story
 from .memory_that_grows import growing_loop
 from .paged_kv_cache import kv_contiguous, kv_paged

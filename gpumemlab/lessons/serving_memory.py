@@ -6,7 +6,7 @@ learner's KV size and one GiB more (see ``lesson_exercises`` for the contract)."
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import GiB, MiB
 
 CARD_13 = "24GiB"
@@ -77,7 +77,17 @@ def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
 
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart)
-question("13.p1", "choice", choices=("larger", "about the same", "smaller"))
+question("13.p1", "choice", choices=("larger", "about the same", "smaller"), misconceptions=(
+    Misconception("smaller", "In one shared pool each smaller capture reuses blocks the larger "
+                  "ones freed and adds little; the linear rule charges every size as if it "
+                  "added as much as the second largest."),
+))
 question("13.p2", "number", unit="tokens")
 question("13.p3", "choice", choices=("as it is", "empty_cache() before wake_up()",
-                                     "empty_cache() with expandable_segments:True", "none of them"))
+                                     "empty_cache() with expandable_segments:True", "none of them"),
+         misconceptions=(
+             Misconception("empty_cache() before wake_up()", "empty_cache() returns only wholly "
+                           "free segments: a segment with one live tensor stays reserved. With "
+                           "expandable segments it can also unmap the free pages of a partly "
+                           "used segment."),
+         ))

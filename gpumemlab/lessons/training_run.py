@@ -13,7 +13,7 @@ a card), and the snapshot is taken when an allocation fails. The card is the lar
 steps of ``CARD_STEP``, on which the run fails; the lesson finds out why.
 
 Seeded (torch, the document lengths): the same torch version on the same CPU makes the same
-recording. Importing this module imports torch; ``diagnose.py`` only loads the file.
+recording. Importing this module imports torch; ``diagnose_your_run.py`` only loads the file.
 """
 from __future__ import annotations
 

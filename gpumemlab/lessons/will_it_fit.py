@@ -8,7 +8,7 @@ still read in the question's unit.
 from __future__ import annotations
 
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 # the lesson's model (its section 1), a batch and a card the lesson does not plan
 DIMS_14 = dict(layers=6, hidden=512, heads=8, seq=512, vocab=8192)
@@ -80,6 +80,14 @@ def _judge_14(answer):
                   f"and nothing with fewer blocks checkpointed does"), figures
 
 
-question("14.p1", "size")
+question("14.p1", "size", misconceptions=(
+    Misconception(lambda a: a // 2, "AdamW keeps two moments per parameter (exp_avg and "
+                  "exp_avg_sq), both made in step 1's optimizer.step(): twice this."),
+))
 question("14.p2", "size")
-question("14.p3", "number", unit="%")
+question("14.p3", "number", unit="%", misconceptions=(
+    Misconception(lambda a: 33, "A whole extra forward is a third of a step when backward costs "
+                  "twice the forward, but only the blocks' forward is recomputed (not the "
+                  "embedding or the logits), and non-reentrant checkpointing stops recomputing "
+                  "once backward has what it needs."),
+))

@@ -11,9 +11,11 @@ in ipywidgets; headless (``GPUMEMLAB_HEADLESS``, nbval, CI, a plain Python shell
 question and moves on. ``gml.predict.answer(id, value)`` answers in code. A prediction is kept in
 the progress file (``predictions``), so the reveal cell finds it even after a kernel restart.
 The reveal cell runs whether or not there is a prediction, takes the right answer computed at run
-time (never typed into the lesson), and says whether the guess was right: exact quantities are
-right or wrong, and a wrong guess hears by how much and, where a known misconception explains the
-gap, the rule behind it (``predict_rules``). The lessons register their questions, so a restarted
+time (never typed into the lesson; the first value a kernel measured for the question is kept, so
+re-running the reveal after later cells moved the device on gives the same verdict), and says
+whether the guess was right: a size typed as the lesson prints it (two decimals of its unit) is
+right, other exact quantities are right or wrong, and a wrong guess hears by how much and, where a known misconception explains the
+gap, the rule behind it (``predict_rules``; "5 GB" for 5 GiB is always named). The lessons register their questions, so a restarted
 kernel still reads a prediction in the question's unit. An unreadable prediction gets one line
 saying what was expected; nothing raises into the lesson.
 """
@@ -180,10 +182,13 @@ class Predictions:
         spec = self.spec(prediction_id, actual)
         if spec.kind == "size" and not isinstance(actual, int):
             actual = int(actual)
+        # The answer is what this cell's experiment measured the first time it ran in this
+        # kernel: re-running the reveal after later cells changed the device (Run All, then a
+        # prediction, then this cell again) must not measure their state instead.
+        actual = self.revealed.setdefault(spec.id, actual)
         progress = self.progress()
         entry = progress.prediction(spec.id) or {}
         result = compare(spec, entry.get("value"), actual)
-        self.revealed[spec.id] = actual
         if entry.get("value") is not None:
             progress.record_prediction(spec.id, actual=actual, verdict=result.verdict)
         return result
@@ -193,8 +198,11 @@ class Predictions:
         print(self.judge(prediction_id, actual).text)
 
     def reset(self, notebook=None) -> None:
+        """Forget the predictions (and this kernel's measured answers) of ``notebook``, or all."""
         prefix = "" if notebook is None else f"{str(notebook).zfill(2)}."
         self.progress().reset(prefix, tables=("predictions",))
+        for key in [k for k in self.revealed if k.startswith(prefix)]:
+            del self.revealed[key]
 
     def __repr__(self):
         return ("gml.predict: gml.predict('01.p1', 'question') asks, "

@@ -92,8 +92,33 @@ def show_value(spec: Spec, value) -> str:
     return str(value)
 
 
+def decimal_units_rule(predicted, actual) -> str:
+    """The rule when ``predicted`` is the answer's number read in decimal units: "5 GB" typed
+    for 5 GiB parses as 5 * 10**9 bytes (4.66 GiB), as PyTorch's and the kit's parsers read it."""
+    from gpumemlab.units import format_size
+
+    for power, (dec, binary) in enumerate((("KB", "KiB"), ("MB", "MiB"), ("GB", "GiB"),
+                                            ("TB", "TiB")), start=1):
+        number = predicted / 1000 ** power
+        if number >= 1 and abs(number * 1024 ** power - actual) <= 0.005 * 1024 ** power:
+            return (f"That is the answer's number in {dec} ({10 ** (3 * power):,} bytes each), "
+                    f"not {binary} ({1 << (10 * power):,} bytes): {number:g} {dec} is "
+                    f"{format_size(int(predicted))}. The allocator counts in {binary}; type "
+                    f"'{number:g} {binary}'.")
+    return ""
+
+
 def _matched(spec: Spec, predicted, actual) -> str:
-    return next((m.rule for m in spec.misconceptions if m.matches(predicted, actual)), "")
+    rule = next((m.rule for m in spec.misconceptions if m.matches(predicted, actual)), "")
+    if not rule and spec.kind == "size" and predicted and actual:
+        rule = decimal_units_rule(predicted, actual)
+    return rule
+
+
+def shown_alike(spec: Spec, predicted, actual) -> bool:
+    """Whether ``predicted`` is ``actual`` at the precision the lesson prints it (a size to two
+    decimals of its unit, as ``format_size`` shows it): typing the printed value is right."""
+    return spec.kind == "size" and show_value(spec, predicted) == show_value(spec, actual)
 
 
 def compare(spec: Spec, predicted, actual) -> Reveal:
@@ -115,6 +140,9 @@ def compare(spec: Spec, predicted, actual) -> Reveal:
     ratio = predicted / actual if actual else None
     if gap == 0:
         verdict, how = "exact", "exactly right."
+    elif shown_alike(spec, predicted, actual):
+        verdict, how = "within", (f"right, at the precision the lesson prints ({shown}; the "
+                                  f"exact answer is {int(actual):,} bytes).")
     elif abs(gap) <= spec.tolerance:
         verdict, how = "within", (f"right, within {show_value(spec, spec.tolerance)} "
                                   f"({spec.tolerance_why}).")
@@ -133,4 +161,4 @@ def compare(spec: Spec, predicted, actual) -> Reveal:
 
 
 __all__ = ["Spec", "Reveal", "Misconception", "QUESTIONS", "question", "compare", "show_value",
-           "KINDS"]
+           "KINDS", "decimal_units_rule", "shown_alike"]

@@ -1,5 +1,5 @@
 """The widget of a predict cell: the question, a text box (or choice buttons), a Save button and a
-one-line answer under it. Every change goes through ``Predictions.record``, which a test can call
+one-line answer under it (Enter in the box saves, as the button does). Every change goes through ``Predictions.record``, which a test can call
 directly as the callbacks do. Its MIME bundle carries the question as ``text/html`` and
 ``text/plain`` too (``gpumemlab.viz.static``), so an exported notebook still shows it.
 """
@@ -25,6 +25,9 @@ class PredictView:
         self.button = w.Button(description="Save prediction")
         self.feedback = w.HTML()
         self.button.on_click(lambda _b: self.submit(self.field.value))
+        # Enter in the text box saves too (continuous_update=False: the value changes on Enter
+        # or on leaving the box, not on each key); a choice saves when picked.
+        self.field.observe(lambda change: self.submit(change["new"]), names="value")
         if entry.get("value") is not None:
             self.feedback.value = pre(predictions.text(spec.id).splitlines()[-1])
         self.widget = w.VBox([self.prompt, w.HBox([self.field, self.button]), self.feedback])

@@ -25,6 +25,7 @@ from gpumemlab.allocator.snapshot import BLOCK_STATES
 
 from .bounded_read import read_regular_file
 from .gc_pause import collector_paused
+from .host_entries import read_host_entries
 from .pool_ids import check_pool_id, trace_pool_id
 from .segment_checks import check_no_overlap, check_segment_types
 from .unpickle import NoGlobalsUnpickler, Refused, bounded_load
@@ -95,9 +96,9 @@ def loads_snapshot(data: bytes, *, name: str = "<bytes>") -> dict:
                 raise
             raise SnapshotError(f"{name}: not a memory snapshot (neither a pickle from "
                                 f"torch.cuda.memory._dump_snapshot nor JSON)") from None
-    # each container in the file costs at least a byte, so a walk longer than the file means
-    # shared references were used to blow up the work (a crafted pickle)
-    check_values(raw, name, len(data) + 1000, SnapshotError)   # depth, huge integers
+    # depth, huge integers, and shared references unfolding far beyond the file (a crafted
+    # pickle): each distinct container counted once, as PyTorch's files share frames
+    check_values(raw, name, len(data), SnapshotError)
     snapshot, notes = normalize_snapshot(raw, source=name, _budget=len(data) + 1000)
     if notes:
         warnings.warn(f"{name}: " + "; ".join(notes), SnapshotWarning, stacklevel=3)
@@ -202,6 +203,7 @@ def normalize_snapshot(data, *, source: str = "<snapshot>", _budget=None):
         w.note("no 'allocator_settings' (PyTorch < 2.4?): default settings assumed")
     if not isinstance(out.setdefault("external_annotations", []), list):
         raise SnapshotError(f"{source}: 'external_annotations' is not a list")
+    read_host_entries(data, out, w.note)  # pinned host memory (2.14): malformed is a note
     notes = [t if n == 1 else f"{t} (x{n})" for t, n in w.notes.items()]
     return out, notes
 

@@ -6,19 +6,40 @@ sizes, line numbers). A crafted file may instead nest values thousands of levels
 that walks them recursively, from ``json.dumps`` to ``repr``, then dies with ``RecursionError``)
 or hold an integer of thousands of digits (printing it raises ``ValueError``, and arithmetic on
 it is slow; in JSON, over 4300 digits cannot even be converted: see ``json_int``).
-``check_values`` walks the whole structure without recursion, in time linear in the file (every
-element a walk visits costs the file at least one byte, so a walk longer than the file means
-shared references were used to blow up the work), and raises ``SnapshotError`` naming the file
-and the entry.
+
+A real file shares objects. PyTorch's ``_snapshot`` (``THCPModule_memorySnapshot`` in
+torch/csrc/cuda/Module.cpp) makes one dict per distinct frame and one list per distinct
+traceback (``py_symbolize`` in torch/csrc/profiler/python/combined_traceback.cpp), handed to
+every block and trace entry with that traceback, and ``_dump_snapshot`` pickles the result:
+the pickle stores each object once and refers back to it (BINGET), so a walk that counts every
+visit is 1.3-2.8x the file's size. ``check_values`` therefore counts each distinct container
+once per depth: every element of a distinct container costs the file at least one byte (the
+opcode that pushes it), so that work is bounded by the file's size times the depth, and the
+check refuses beyond ``WORK_PER_BYTE`` elements a byte. What the shared objects unfold to (the
+work of a reader that walks every visit, ``json.dumps`` or a frame count) is summed once per
+distinct container too and refused beyond ``UNFOLDED_PER_BYTE`` a byte: a crafted pickle of
+references to references costs the check little and is refused in one line.
+``check_values`` raises ``SnapshotError`` naming the file and the entry.
 """
 from __future__ import annotations
 
 from functools import partial
-from itertools import chain, compress
+from itertools import chain, compress, repeat
 from operator import is_
 
 MAX_DEPTH = 64            # a real snapshot nests 6 levels; room for user metadata
 INT_LIMIT = 1 << 64       # addresses and sizes are 64-bit; so is everything else in a snapshot
+# Elements walked per byte of file: a distinct container is walked once at each depth it is
+# reached at (a frame dict of PyTorch's sits under blocks and under trace entries: two depths);
+# real files need 0.2-0.7 a byte.
+WORK_PER_BYTE = 4
+# Elements the file unfolds to when every reference is followed, per byte: real files 1.3-2.8
+# (shared frames), deep shared stacks perhaps 10; a crafted file of references to references
+# unfolds exponentially.
+UNFOLDED_PER_BYTE = 64
+
+_REFUSED = ("the file reuses the same objects far more often than a real snapshot "
+            "(a crafted pickle?); refused")
 
 _CONTAINERS = (dict, list, tuple)
 _IS_CONTAINER = frozenset(_CONTAINERS).__contains__
@@ -49,25 +70,29 @@ def json_int(text: str) -> int:
 _IS_INT = frozenset([int, HugeInt]).__contains__
 
 
-def check_values(root, source: str, budget: int, error) -> None:
+def check_values(root, source: str, size: int, error) -> None:
     """Raise ``error("<source>: <where>: <problem>")`` for a value nested over ``MAX_DEPTH``
-    levels, an integer outside +-2**64, or a walk of more than ``budget`` elements."""
-    # Level by level, and each level's values gathered in C (chain, map, compress) a chunk of
-    # containers at a time: no Python step per value or per container (a Python loop cost
-    # three times as much).
-    level, depth, visited = [root], 0, 0
+    levels, an integer outside +-2**64, or a file of ``size`` bytes whose distinct containers
+    (or what their shared references unfold to) are far more than its bytes could hold."""
+    # Level by level, each level's distinct containers (by identity: the file's objects are
+    # alive, so ids are unique) gathered in C (dict over ids, chain, map, compress) a chunk at a
+    # time: no Python step per value. A container reached at several depths is walked at each,
+    # so the depth found is the longest path, which is what a recursive reader meets (and a
+    # cycle never ends: it is refused as too deep).
+    budget = WORK_PER_BYTE * size + 1000
+    level, depth, walked, levels = [root], 0, 0, []
     while level:
         depth += 1
+        levels.append(level)
         below = []
         for start in range(0, len(level), _CHUNK):
             chunk = level[start:start + _CHUNK]
             kinds = list(map(type, chunk))
             dicts = list(compress(chunk, map(_IS_DICT, kinds)))
             seqs = list(compress(chunk, map(_IS_SEQ, kinds)))
-            visited += sum(map(len, seqs)) + 2 * sum(map(len, dicts))
-            if visited > budget:
-                raise error(f"{source}: the file reuses the same objects far more often than a "
-                            f"real snapshot (a crafted pickle?); refused")
+            walked += sum(map(len, seqs)) + 2 * sum(map(len, dicts))
+            if walked > budget:
+                raise error(f"{source}: {_REFUSED}")
             values = list(chain.from_iterable(map(dict.values, dicts)))
             values.extend(chain.from_iterable(seqs))
             if not _ALL_STR(map(type, chain.from_iterable(dicts))):
@@ -78,7 +103,29 @@ def check_values(root, source: str, budget: int, error) -> None:
                             budget)
             raise error(f"{source}: {where}: values nested more than {MAX_DEPTH} levels deep (a "
                         f"real snapshot nests a few)")
-        level = below
+        level = list(dict(zip(map(id, below), below)).values())
+    if _unfolded(levels) > UNFOLDED_PER_BYTE * size + 1000:
+        raise error(f"{source}: {_REFUSED}")
+
+
+def _unfolded(levels) -> int:
+    """How many elements the containers unfold to when every shared reference is followed
+    (what a reader that walks each visit meets), summed once per distinct container, deepest
+    level first: one Python step per distinct container, none per value."""
+    if not isinstance(levels[0][0], _CONTAINERS):
+        return 0     # a bare number or string: not a snapshot, which the reader says next
+    sizes: dict = {}
+    get = sizes.get
+    for level in reversed(levels):
+        for obj in level:
+            key = id(obj)
+            if key in sizes:
+                continue   # also reached deeper, where its children were already summed
+            if type(obj) is dict:
+                sizes[key] = 2 * len(obj) + sum(map(get, map(id, obj.values()), repeat(0)))
+            else:
+                sizes[key] = len(obj) + sum(map(get, map(id, obj), repeat(0)))
+    return sizes[id(levels[0][0])]
 
 
 def _check_flat(root, source, error, values, below, budget) -> None:

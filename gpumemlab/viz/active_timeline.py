@@ -158,7 +158,11 @@ def _colours(data) -> tuple:
     total = {}
     for band in data["bands"]:
         total[band["key"]] = total.get(band["key"], 0) + band["size"]
-    return key_colours(total)
+    colours, ranked = key_colours(total)
+    if data.get("by") == "category":   # a category keeps its colour from figure to figure
+        from gpumemlab.viz.palette import CATEGORY_COLOURS
+        colours.update({k: CATEGORY_COLOURS[k] for k in ranked[:MAX_COLOURS] if k in CATEGORY_COLOURS})
+    return colours, ranked
 
 
 def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, device=None):

@@ -23,6 +23,15 @@ EXPANDABLE_EDGE = OKABE_ITO["orange"]
 LARGEST_FREE_EDGE = OKABE_ITO["bluish_green"]
 REQUEST_COLOUR = OKABE_ITO["vermillion"]
 
+# what an allocation is for (``gml.capture``'s categories, those of torch.profiler's memory
+# profiler) -> its colour, the same in every figure of every lesson
+CATEGORY_COLOURS = {
+    "parameter": OKABE_ITO["blue"], "gradient": OKABE_ITO["orange"],
+    "activation": OKABE_ITO["bluish_green"], "optimizer_state": OKABE_ITO["reddish_purple"],
+    "temporary": OKABE_ITO["yellow"], "input": OKABE_ITO["sky_blue"],
+    "workspace": OKABE_ITO["vermillion"], "(no category)": "#BBBBBB",
+}
+
 # timeline series -> (colour, label, line style)
 SERIES_STYLE = {
     "reserved_bytes": (OKABE_ITO["orange"], "reserved", "-"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpumemlab.allocator.config import AllocatorConfig, AllocatorConfigError
+from gpumemlab.allocator.config import AllocatorConfig, recorded_conf
 from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.allocator.constants import SIZE_MAX as _UNLIMITED
 from gpumemlab.allocator.fit import oversize_allows
@@ -33,7 +33,8 @@ class Rules:
     ``max_split_size`` is in bytes (unlimited by default); ``expandable`` is
     ``expandable_segments``; ``max_non_split_rounding_size`` and ``large_segment_size`` (bytes)
     are not in the dict, so they come from the recorded settings string
-    (``max_non_split_rounding_mb``, ``large_segment_size_mb``; 20 MiB by default).
+    (``max_non_split_rounding_mb``, ``large_segment_size_mb``; 20 MiB by default). All of
+    them are read as ``config.recorded_conf`` reads them for replay.
     """
 
     divisions: tuple = (0,) * 16
@@ -52,25 +53,19 @@ class Rules:
 
     @classmethod
     def from_settings(cls, settings) -> "Rules":
-        """Read a snapshot's ``allocator_settings`` (absent or partial dicts give defaults)."""
+        """Read a snapshot's ``allocator_settings`` (absent or partial dicts give defaults)
+        through ``config.recorded_conf``, the reader replay uses too: the recorded fields and
+        string decide the rules alike everywhere."""
         if not settings:
             return cls()
         if not isinstance(settings, dict):
             raise TypeError(f"allocator_settings must be a dict, not {type(settings).__name__}")
-        divisions = settings.get("roundup_power2_divisions") or (0,) * 16
-        if isinstance(divisions, dict):
-            # keyed by the MB start of each bucket: "1", "2", "4", ... "32768"
-            divisions = tuple(int(divisions.get(str(1 << i), 0)) for i in range(16))
-        elif isinstance(divisions, int):
-            divisions = (divisions,) * 16
-        else:
-            divisions = tuple(int(d) for d in divisions)[:16]
-            divisions += (0,) * (16 - len(divisions))
-        max_split = settings.get("max_split_size", -1)
-        max_split = _UNLIMITED if max_split is None or int(max_split) < 0 else int(max_split)
-        return cls(divisions=divisions, max_split_size=max_split,
-                   expandable=bool(settings.get("expandable_segments", False)),
-                   **_sizes_from_settings_string(settings))
+        config = AllocatorConfig.parse(recorded_conf(settings))
+        return cls(divisions=tuple(config.roundup_power2_divisions_),
+                   max_split_size=config.max_split_size,
+                   expandable=config.expandable_segments,
+                   max_non_split_rounding_size=config.max_non_split_rounding_size,
+                   large_segment_size=config.large_segment_size)
 
     def round_size(self, size: int) -> int:
         """c10 ``round_size``: at least 512, then 512-multiples or a power-of-2 division."""
@@ -100,18 +95,3 @@ class Rules:
     def block_fits(self, block_size: int, rounded_size: int) -> bool:
         """c10 ``get_free_block``'s size tests on one candidate (oversize rules included)."""
         return block_size >= rounded_size and oversize_allows(block_size, rounded_size, self)
-
-
-def _sizes_from_settings_string(settings: dict) -> dict:
-    """``max_non_split_rounding_size`` and ``large_segment_size`` under the recorded settings
-    string; the defaults when it is absent or not one this model parses."""
-    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
-    config = AllocatorConfig()
-    if isinstance(conf, str) and conf:
-        try:
-            config = AllocatorConfig.parse(conf)
-        except (AllocatorConfigError, ValueError, RuntimeError):  # an untrusted file's string
-            pass
-    return {"max_non_split_rounding_size": config.max_non_split_rounding_size,
-            "large_segment_size": config.large_segment_size}
-

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 02 · Fragmentation: plenty free, and still out of memory
+# # 02 · Fragmentation: free memory in pieces
 #
 # The most confusing error in deep learning looks like this:
 #
@@ -273,7 +273,7 @@ assert m["largest_free_block_bytes"] == 1 * GiB and m["free_blocks"] == 4
 #   sizes uniform (notebook 07: batch size, checkpointing).
 # * **Don't let big cached blocks be split** by small requests: `max_split_size_mb` (notebook 05).
 # * **Let the segment's physical pages be returned and remapped**: `expandable_segments:True`
-#   (notebook 06). The very workload above then succeeds.
+#   (notebook 06 runs the very workload above with it).
 # * `empty_cache()` does **not** help here: it only returns whole free segments (notebook 04).
 #
 # ## A seeded, less tidy version

@@ -240,7 +240,7 @@ print(f"other process, after empty_cache:  {'got 5 GiB' if other else 'cudaMallo
 assert other is not None
 
 # %% [markdown]
-# ## Recovering from an OOM: leave the `except` block first
+# ## Recovering from an OOM: where the retry runs
 #
 # A common pattern catches the OOM exception and retries with a smaller batch. Where the retry
 # runs matters. While Python is inside `except ... as err:`, `err.__traceback__` holds the frames

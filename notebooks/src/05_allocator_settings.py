@@ -189,7 +189,7 @@ assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x
 # panel's peaks). With GC the old blocks leave before the limit is reached, with no retry and
 # no sync, and the peak reserved printed above is lower.
 #
-# ## 3. `roundup_power2_divisions`: fewer distinct sizes, more reuse
+# ## 3. `roundup_power2_divisions`: coarser size steps
 #
 # `round_size` normally rounds to 512 bytes, so a workload whose sizes vary a little every step
 # (variable sequence lengths, dynamic shapes) produces blocks that almost, but not quite, fit

@@ -51,7 +51,7 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 
 # %%
 import pathlib, tempfile
-from gpumemlab.lessons.diagnose import RECORDING
+from gpumemlab.lessons.diagnose_your_run import RECORDING
 SNAPSHOT = None            # e.g. "oom_snapshot.pickle" from your own run
 
 path = pathlib.Path(SNAPSHOT) if SNAPSHOT else RECORDING

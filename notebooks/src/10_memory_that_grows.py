@@ -171,7 +171,7 @@ assert "gc.collect()" in inspect.getsource(cases.reference_cycle).splitlines()[
 # container objects allocated than freed), so this kind of growth comes and goes in waves. The fix is to break the cycle
 # (`weakref`, or clearing the back-reference), not to call `gc.collect()` every step.
 #
-# ### With the collector on: the saw-tooth
+# ### With the collector on
 #
 # Now the same loop for 24 steps with automatic collection on, as Python ships it. The collector
 # runs when the count of new container objects passes its first threshold; a `gc.callbacks`
@@ -307,10 +307,10 @@ assert all(it.kept_bytes == 512 * (256 + 2 * 1024 + 256) * 4 for it in kept_erro
 # What stays is every tensor of `_checked_forward`'s frame: its argument `x` and the locals `h`,
 # `a`, `out`. Keep `str(err)` (or `traceback.format_exception(err)`) instead of the exception.
 #
-# ## Not a leak: Adam's state
+# ## Adam's state
 #
-# Adam keeps two moments per parameter (`exp_avg`, `exp_avg_sq`). Its first `step()` makes them;
-# later steps update them in place.
+# Adam keeps two moments per parameter (`exp_avg`, `exp_avg_sq`), each the size of its parameter.
+# The loop below runs a few steps with it and measures what each step leaves behind.
 
 # %% tags=["predict"]
 gml.predict("10.p3", "Which step leaves memory behind?", choices=["step 0", "step 1", "every step", "none"])
@@ -378,7 +378,7 @@ fig = shapes.figure(title="varying lengths: reserved steps up at each new longes
 fig
 
 # %% [markdown]
-# ## The same step, more memory
+# ## A healthy loop, a wider model
 #
 # Now a healthy loop: a wider perceptron (256 → 768 → 1536 → 256), the same batch of 2,048
 # every step, the step written as a function so its tensors die when it returns. Step 1 asks

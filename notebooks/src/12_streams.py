@@ -2,10 +2,9 @@
 # # 12 · Streams: when a freed block may be used again
 #
 # A GPU runs the kernels of one **stream** in the order they were queued, while the CPU runs
-# ahead. The caching allocator relies on that order: a block is cached **per stream**, so a
-# block freed on a stream can be handed to the next tensor of that same stream at once, even
-# though the kernels that used the old tensor may not have run yet. They will have run by the
-# time the new tensor's kernels do.
+# ahead: when Python frees a tensor, the kernels that read it may not have run yet. The caching
+# allocator keeps its free blocks **per stream**. What that order lets it do with a freed block,
+# and what it must do when another stream used the tensor, is this lesson.
 #
 # A tensor used on *another* stream breaks that argument. `tensor.record_stream(side)` tells the
 # allocator about that use; when the tensor is freed, c10 records an **event** on `side` and keeps
@@ -57,6 +56,10 @@ y.free()
 assert same and sim.memory_stats()["num_device_alloc"] == 1
 
 # %% [markdown]
+# The same block, at once, with no wait: the kernels that used `x` may not have run yet, but they
+# were queued on the same stream before `y`'s, so they will have run by the time `y`'s kernels
+# touch the memory. That is why c10 caches blocks per stream.
+#
 # ## 2 · Another stream, with `record_stream`
 #
 # Now `x` is also read by a copy on a side stream, and that stream still has work queued. `x` is

@@ -62,9 +62,8 @@ gml.predict("14.p1", "How much higher is step 2's peak allocated memory than ste
 # %%
 plan = gml.plan(make_model, make_optimizer, tokens, total_memory="24GiB", batch_size=16,
                 steps=3, levers=False, largest_batch=False, settings=False)
-for row in plan.steps:
-    print(f"{row['step']:8} peak allocated {fmt(row['peak_allocated_bytes']):>10}   "
-          f"peak reserved {fmt(row['peak_reserved_bytes']):>10}")
+for row in plan.steps:   # peak reserved waits for 14.p2
+    print(f"{row['step']:8} peak allocated {fmt(row['peak_allocated_bytes']):>10}")
 peaks = {row["step"]: row for row in plan.steps}
 step_gap = peaks["step 2"]["peak_allocated_bytes"] - peaks["step 1"]["peak_allocated_bytes"]
 
@@ -80,7 +79,34 @@ assert plan.fits
 # %% [markdown]
 # Step 2 peaks higher than step 1 by exactly the two moments, and step 3 is step 2 again: the
 # second step is the one to plan for (a run that survives its first step can still run out in its
-# second). The whole run, entry by entry:
+# second).
+#
+# ## 2 · Where the memory goes, and what the formulas say
+
+# %% tags=["predict"]
+gml.predict("14.p2", "The 16-bytes-a-parameter rule gives 4 x 4 x params. What peak reserved "
+                     "does the plan find?")
+
+# %%
+rule = plan.crosscheck["rule"]["bytes"]
+print(f"rule of thumb: {fmt(rule)}   plan: peak reserved {fmt(plan.peak_reserved_bytes)}")
+for k, v in plan.by_category.items():
+    if k != "index" and v:
+        print(f"  {k:16} {fmt(v):>10} at the peak")
+print(f"Playbook activations (16-bit): {fmt(plan.crosscheck['playbook']['bytes'])}")
+
+# %%
+gml.reveal("14.p2", plan.peak_reserved_bytes)
+for note in plan.crosscheck["notes"]:
+    print("-", note)
+
+# %% [markdown]
+# The whole run, entry by entry, with each step's peaks:
+
+# %%
+for row in plan.steps:
+    print(f"{row['step']:8} peak allocated {fmt(row['peak_allocated_bytes']):>10}   "
+          f"peak reserved {fmt(row['peak_reserved_bytes']):>10}")
 
 # %%
 import matplotlib.pyplot as plt
@@ -112,25 +138,6 @@ assert max(tl.allocated) == plan.peak_allocated_bytes
 # backward pass (activations freed as the gradients arrive), and ends in the optimizer step, a low
 # plateau of weights, gradients and moments. The reserved line never comes down: the cache keeps
 # what step 1 needed for step 2.
-#
-# ## 2 · Where the memory goes, and what the formulas say
-
-# %% tags=["predict"]
-gml.predict("14.p2", "The 16-bytes-a-parameter rule gives 4 x 4 x params. What peak reserved "
-                     "does the plan find?")
-
-# %%
-rule = plan.crosscheck["rule"]["bytes"]
-print(f"rule of thumb: {fmt(rule)}   plan: peak reserved {fmt(plan.peak_reserved_bytes)}")
-for k, v in plan.by_category.items():
-    if k != "index" and v:
-        print(f"  {k:16} {fmt(v):>10} at the peak")
-print(f"Playbook activations (16-bit): {fmt(plan.crosscheck['playbook']['bytes'])}")
-
-# %%
-gml.reveal("14.p2", plan.peak_reserved_bytes)
-for note in plan.crosscheck["notes"]:
-    print("-", note)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert plan.peak_reserved_bytes > 2 * rule

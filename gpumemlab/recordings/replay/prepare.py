@@ -3,6 +3,7 @@ made with, the capacity of the model's device, and where recorded addresses land
 address space."""
 from __future__ import annotations
 
+from gpumemlab.allocator.config import recorded_conf
 from gpumemlab.allocator.driver import VA_BASE, VA_LIMIT
 from gpumemlab.units import parse_size
 
@@ -14,21 +15,10 @@ UNLIMITED_BYTES = 1 << 42          # "no capacity limit": 4 TiB (leaves the mode
 
 
 def recorded_alloc_conf(snapshot: dict) -> str:
-    """The ``PYTORCH_CUDA_ALLOC_CONF`` string a snapshot was recorded under ("" = defaults)."""
-    settings = snapshot.get("allocator_settings") or {}
-    conf = settings.get("PYTORCH_CUDA_ALLOC_CONF")
-    if conf:
-        return str(conf)
-    parts = []   # no string kept: rebuild from the decoded fields
-    mss = settings.get("max_split_size", -1)
-    if isinstance(mss, int) and mss > 0:
-        parts.append(f"max_split_size_mb:{mss // (1024 * 1024)}")
-    if settings.get("expandable_segments"):
-        parts.append("expandable_segments:True")
-    gc = settings.get("garbage_collection_threshold") or 0
-    if gc:
-        parts.append(f"garbage_collection_threshold:{gc}")
-    return ",".join(parts)
+    """The ``PYTORCH_CUDA_ALLOC_CONF`` a snapshot was recorded under ("" = defaults): its
+    recorded string and fields, read by ``config.recorded_conf`` (the reader the views' size
+    rules use too, so replay and views round alike)."""
+    return recorded_conf(snapshot.get("allocator_settings") or {})
 
 
 def replay_devices(snapshot) -> list:

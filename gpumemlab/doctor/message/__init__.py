@@ -36,7 +36,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .message_text import clean, exception_name, squash
+from .text import clean, exception_name, squash
 
 __all__ = ["NotAnOOMMessage", "OOMMessage", "Figure", "parse_message", "LOOKED_FOR"]
 
@@ -48,22 +48,36 @@ _SIZE = r"(\d+(?:\.\d+)?)(bytes|[KMGTPE]iB|[KMGT]B)"
 _HEADS = {
     "native": re.compile(r"(CUDA|HIP|XPU)?[Oo]utofmemory\.?Triedtoallocate(?:" + _SIZE
                          + r"|(morethan1EBmemory))"),
+    # a paste that starts at "Tried to allocate X (GPU 0; ..." or "Tried to allocate X. GPU 0 has"
+    "mid": re.compile(r"(CUDA|HIP|XPU)?Triedtoallocate(?:" + _SIZE
+                      + r"|(morethan1EBmemory))(?=\(GPU|\.GPU)"),
     "per_allocation_limit": re.compile(r"CurrentplatformcanNOTallocatememoryblockwithsizelarger"
                                        r"than(\d+)GB!?Triedtoallocate" + _SIZE),
     "mps": re.compile(r"MPSbackendoutofmemory\(MPSallocated:" + _SIZE + r"(?:,otherallocations:"
                       + _SIZE + r")?(?:,maxallowed:" + _SIZE + r")?\)\.?(?:Triedtoallocate" + _SIZE
                       + r"on(private|shared)pool)?"),
-    # the device index may be printed as a character (see _read_async)
-    "cudaMallocAsync": re.compile(r"(OutOfMemoryError:)?Allocationondevice([\x01-\x1b]|\d*)"
-                                  r"(wouldexceedallowedmemory)?"),
+    # the device index may be printed as a character (see _read_async); ComfyUI's error report
+    # puts the first line in a markdown field ("**Exception Message:** Allocation on device")
+    "cudaMallocAsync": re.compile(r"(OutOfMemoryError:|ExceptionMessage:)?Allocationondevice"
+                                  r"([\x01-\x1b]|\d*)(wouldexceedallowedmemory)?"),
+    # PyTorch 0.1-0.4 (THC): "cuda runtime error (2) : out of memory at .../THC/...", or
+    # THCudaCheck's "THCudaCheck FAIL file=... line=58 error=2 : out of memory"
+    "thc": re.compile(r"(cuda|hip)runtimeerror\(2\):?outofmemory|line=\d+error=2:outofmemory"),
     # the first sentence alone (a log cut short) or the runtime's own "CUDA error: out of memory"
     "bare": re.compile(r"(CUDA|HIP|XPU)(error:)?outofmemory"),
 }
-_PRIORITY = {"native": 3, "per_allocation_limit": 3, "mps": 3, "cudaMallocAsync": 2, "bare": 1}
+# a full message outranks a cut one, which outranks a bare "CUDA out of memory" (often prose);
+# among equals the last in the text is read
+_PRIORITY = {"native": 3, "mid": 3, "per_allocation_limit": 3, "mps": 3, "cudaMallocAsync": 2,
+             "thc": 2, "bare": 1}
+_FULL_BODY = re.compile(r"\(GPU|\.GPU|\.XPU")
+_INSIDE_NATIVE = re.compile(r"(?:outofmemory\.?|\d+GB!?)$")
 LOOKED_FOR = (
-    "looked for PyTorch's \"CUDA out of memory. Tried to allocate ...\" (or HIP/XPU), the "
-    "cudaMallocAsync \"Allocation on device ... would exceed allowed memory\" and Apple's \"MPS "
-    "backend out of memory\", as printed by torch.OutOfMemoryError or RuntimeError")
+    "looked for PyTorch's \"CUDA out of memory. Tried to allocate ...\" (or HIP/XPU, or 0.x's "
+    "\"cuda runtime error (2) : out of memory\"), the cudaMallocAsync \"Allocation on device ... "
+    "would exceed allowed memory\", Apple's \"MPS backend out of memory\", and the memory errors "
+    "of JAX/XLA, TensorFlow, candle, numba, vLLM, SGLang, TGI, NCCL, CUDA initialisation and "
+    "pinned host memory")
 _FIELDS = {  # name: pattern on the squashed body (1.x spelling | 2.x spelling)
     "device": re.compile(r"\(GPU(\d+);|GPU(\d+|[\x01-\x1b])hasatotalcapac"),
     "total": re.compile(_SIZE + r"totalcapacity|hasatotalcapac(?:i)?tyof" + _SIZE
@@ -72,8 +86,8 @@ _FIELDS = {  # name: pattern on the squashed body (1.x spelling | 2.x spelling)
                        + _SIZE),
     "allocated": re.compile(_SIZE + r"alreadyallocated|Oftheallocatedmemory" + _SIZE
                             + r"isallocatedbyPyTorch|Currentlyallocated:" + _SIZE),
-    "reserved": re.compile(_SIZE + r"reservedintotalbyPyTorch\)"),
-    "cached": re.compile(_SIZE + r"cached\)"),
+    "reserved": re.compile(_SIZE + r"reservedintotalbyPyTorch\)?"),  # ")" can be lost
+    "cached": re.compile(_SIZE + r"cached(?:\)|$|;)"),
     "unallocated": re.compile(_SIZE + r"isreservedbyPyTorchbutunallocated"),
     "private_pools": re.compile(r"with" + _SIZE + r"allocatedinprivatepools"),
     "allowed": re.compile(_SIZE + r"allowed;"),
@@ -162,6 +176,7 @@ FORMS = {  # form -> the fields its format string prints
     "exa": [],
     "first_sentence": ["requested", "device", "total", "free", "allocated"],
     "runtime_error": ["requested", "device", "total", "free", "allocated"],
+    "thc": [],
 }
 
 
@@ -178,7 +193,7 @@ def _pairs(groups):
     return [_figure(got[i], got[i + 1]) for i in range(0, len(got) - 1, 2)]
 
 
-_ANCHORS = ("utofmemory", "Allocationondevice", "CurrentplatformcanNOT")
+_ANCHORS = ("utofmemory", "Allocationondevice", "CurrentplatformcanNOT", "Triedtoallocate")
 
 
 def _last_head(squashed):
@@ -190,24 +205,30 @@ def _last_head(squashed):
     for anchor in _ANCHORS:
         at = squashed.find(anchor)
         while at >= 0:
-            lo, hi = max(0, at - 20), at + 400
+            lo, hi = max(0, at - 40), at + 400
             for kind, pattern in _HEADS.items():
                 m = pattern.search(squashed, lo, hi)
                 if m is None or not m.start() <= at < m.end():
                     continue
                 begin = m.start()
+                rank = _PRIORITY[kind]
                 if kind == "cudaMallocAsync":
                     if not (m.group(1) or m.group(3)):
                         continue    # "Allocation on device" inside some other sentence
                     begin += len(m.group(1) or "")
+                elif kind == "mid" and _INSIDE_NATIVE.search(squashed, max(0, begin - 20), begin):
+                    continue        # the "Tried to allocate" of a whole message found above
+                elif kind in ("native", "mid") and not m.group(4) \
+                        and not _FULL_BODY.match(squashed, m.end()):
+                    rank = 1.5      # the first sentence only: a fuller message elsewhere wins
                 old = starts.get(begin)
-                if old is None or _PRIORITY[kind] > _PRIORITY[old[0]]:
-                    starts[begin] = (kind, m)
+                if old is None or rank > old[0]:
+                    starts[begin] = (rank, kind, m)
             at = squashed.find(anchor, at + 1)
     if not starts:
         return None, 0
-    begin = max(starts)
-    return (*starts[begin], begin), len(starts)
+    begin = max(starts, key=lambda b: (starts[b][0], b))
+    return (*starts[begin][1:], begin), len(starts)
 
 
 def _locate(cleaned: str, squashed_head: str) -> int:
@@ -341,6 +362,10 @@ def _read_async(msg, head, body):
     _read_fields(msg, body, ["allocated", "async_requested", "total", "free", "limit"])
 
 
+def _read_thc(msg, head, body):
+    msg.form, msg.backend = "thc", "HIP" if (head.group(1) or "").lower() == "hip" else "CUDA"
+
+
 def _read_bare(msg, head, body):
     msg.backend = head.group(1)
     # "CUDA error: out of memory" is the runtime's own error (a cudaMalloc outside the caching
@@ -348,5 +373,6 @@ def _read_bare(msg, head, body):
     msg.form = "runtime_error" if head.group(2) else "first_sentence"
 
 
-_READERS = {"native": _read_native, "per_allocation_limit": _read_limit, "mps": _read_mps,
-            "cudaMallocAsync": _read_async, "bare": _read_bare}
+_READERS = {"native": _read_native, "mid": _read_native, "per_allocation_limit": _read_limit,
+            "mps": _read_mps, "cudaMallocAsync": _read_async, "thc": _read_thc,
+            "bare": _read_bare}

@@ -7,7 +7,7 @@ that carry the same ``user_metadata``: what ``torch.cuda.memory._set_memory_meta
 {i}")`` (``Capture.set_memory_metadata``, ``SimulatedGPU.set_memory_metadata``) stamps on every
 entry recorded after it; or ``iterations=[start index, ...]``; without marks (or with
 ``iterations="auto"``) they are found from the allocation sites that recur once per step
-(``growth_iterations``), and the report says how and how sure (``GrowthReport.found``). Each
+(``growth.iterations``), and the report says how and how sure (``GrowthReport.found``). Each
 iteration gets one cause,
 the first that holds, in this order:
 
@@ -44,8 +44,8 @@ from gpumemlab.allocator import round_size
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.recordings.replay import replay
 from gpumemlab.recordings.replay.prepare import replay_devices
-from .growth_iterations import find_iterations
-from .growth_report import CAUSES, GrowthReport, Iteration, Site, Trigger, where
+from .iterations import find_iterations
+from .result import CAUSES, GrowthReport, Iteration, Site, Trigger, where
 
 __all__ = ["growth", "iteration_spans", "GrowthError", "CAUSES"]
 

@@ -6,14 +6,20 @@ no setting the text says is already on, no expandable segments where the platfor
 7.0 or newer), settings under the variable this platform's allocator reads
 (``PYTORCH_HIP_ALLOC_CONF`` on ROCm, ``PYTORCH_XPU_ALLOC_CONF`` on recent XPU builds), MPS's own
 remedies on MPS, and platform fixes (WDDM shared memory, WSL's memory limit, per-allocation
-limits, the driver) for ``unexplained``. :func:`fixes` returns the ranked fixes and one line per
+limits, the driver) for ``unexplained``. Advice fits the evidence: no action aimed at the
+process that is this very process, another framework's preallocation only when the text shows
+that framework, a per-process cap only when several processes share the card, a bigger card
+always more than this one. :func:`fixes` returns the ranked fixes and one line per
 fix it left out, saying why.
 """
 from __future__ import annotations
 
+import re
+
 from gpumemlab.units import format_size
 
-from .diagnosis import Fix
+from ..diagnosis import Fix
+from .platform import per_allocation_fix
 
 __all__ = ["fixes"]
 
@@ -57,57 +63,65 @@ def _max_split(platform, R):
 def _smaller(short):
     return Fix("reduce_peak_memory",
                f"the program must hold less at its peak: at least {_s(short)} less for this "
-               f"allocation" if short else "the program must hold less at its peak",
+               f"allocation" if short and short > 0 else "the program must hold less at its peak",
                how="smaller batch or sequence length; activation checkpointing "
                    "(torch.utils.checkpoint); bf16/fp16 autocast; fewer optimizer states "
                    "(fused/8-bit optimizers, sharding)")
 
 
 def _platform_fixes(platform, msg, R):
-    out = []
-    if platform.has("windows"):
-        out.append(Fix("windows_shared_memory",
-                       "on Windows the driver (WDDM) manages GPU memory itself, reserves part "
-                       "of it for the desktop and other apps, and may refuse or spill an "
-                       "allocation into shared system memory",
-                       how="close other GPU programs (browsers, games, other UIs); in the NVIDIA "
-                           "Control Panel set 'CUDA - Sysmem Fallback Policy' to suit (prefer "
-                           "no fallback to fail fast, or allow it to run slower); update the "
-                           "driver"))
-    if platform.has("wsl"):
-        out.append(Fix("wsl_memory_limit",
-                       "WSL2 runs in a VM whose memory (half the host's by default) also "
-                       "bounds pinned and shared GPU memory; the GPU driver is the Windows one",
-                       how="raise memory= in %UserProfile%\\.wslconfig and restart WSL "
-                           "(wsl --shutdown); update the Windows NVIDIA driver"))
-    if platform.has("unified_memory"):
-        out.append(Fix("unified_memory_carveout",
-                       "on an APU or unified-memory machine the GPU shares system memory: "
-                       "what it may allocate is set by the firmware's carve-out (UMA frame "
-                       "buffer) or the kernel's GTT size, not by the free figure",
-                       how="raise the UMA/VRAM carve-out in the firmware settings or the "
-                           "amdgpu GTT size (amdgpu.gttsize / ttm pages limit); close memory-"
-                           "hungry programs"))
-    limit = msg.per_allocation_limit.bytes if msg.per_allocation_limit else (
-        4 << 30 if platform.has("xpu") and R > 4 << 30 else None)
-    if limit is not None:
-        out.append(Fix("per_allocation_limit",
-                       f"this GPU and driver refuse a single allocation over {_s(limit)} "
-                       f"(some Intel GPUs and older drivers), however much memory is free",
-                       how="keep every tensor under that size: a smaller batch, chunked "
-                           "operations (attention slicing, tiled VAE decode); update the GPU "
-                           "driver and compute runtime"))
-    if platform.has("rocm"):
-        out.append(Fix("rocm_driver",
-                       "ROCm's free figure on data-centre and consumer cards is the driver's "
-                       "view; allocation failures with room free come from the runtime",
-                       how="check what else holds the card (rocm-smi --showpids); update ROCm "
-                           "and the kernel driver (amdgpu); look up the ROCm release notes' "
-                           "known issues for this card"))
+    """Each found platform's own fixes (message/platform.py), the message's per-allocation limit,
+    then the driver."""
+    out = platform.fixes(msg, R)
+    if msg.per_allocation_limit is not None:
+        out.append(per_allocation_fix(msg.per_allocation_limit.bytes))
     out.append(Fix("driver_bug",
                    "the driver had room and refused anyway: a driver or runtime bug is possible",
                    how="update the GPU driver; reproduce with a single large torch.empty of the "
                        "same size; report the figures to the driver's tracker"))
+    return out
+
+
+# another framework in the same process or beside it: only then is its preallocation advice due
+_FRAMEWORK_WORDS = re.compile(r"\bjax(?:lib)?\b|XLA_PYTHON|xla_extension|\btensorflow\b|"
+                              r"\btf\.config\b", re.I)
+
+
+def _outside_fixes(f, msg, platform):
+    """Fixes for memory held outside this process's allocator, fitted to what the text shows:
+    other processes are named (never the one that is this process), another framework's
+    preallocation only when the text shows that framework, a per-process cap only when several
+    processes share the card."""
+    out = []
+    pids = list(f.get("other_pids") or ())
+    if pids:
+        out.append(Fix("other_processes",
+                       f"process{'es' if len(pids) > 1 else ''} {', '.join(map(str, pids))} "
+                       f"hold{'' if len(pids) > 1 else 's'} {_s(f.get('others') or 0)} on this "
+                       f"GPU: with that memory held this allocation cannot fit",
+                       how="nvidia-smi shows them; stop them or wait for them, or pick a free "
+                           "GPU with CUDA_VISIBLE_DEVICES"))
+    text = msg.context[max(0, msg.offset - 64_000):msg.offset + 16_000]
+    framework = _FRAMEWORK_WORDS.search(text)
+    if framework:
+        out.append(Fix("other_framework_preallocation",
+                       f"the text shows another framework ({framework.group(0)!r}); JAX and "
+                       f"TensorFlow reserve most of the card for themselves by default",
+                       how="JAX: XLA_PYTHON_CLIENT_PREALLOCATE=false or "
+                           "XLA_PYTHON_CLIENT_MEM_FRACTION; TensorFlow: "
+                           "tf.config.experimental.set_memory_growth"))
+    if f.get("outside") is not None:
+        out.append(Fix("non_pytorch_memory",
+                       f"{_s(f['outside'])} of the card is held outside this process's "
+                       f"allocator: other processes, library workspaces (cuBLAS, cuDNN, NCCL) "
+                       f"or the desktop",
+                       how="nvidia-smi --query-compute-apps=pid,used_memory shows who holds it; "
+                           "torch.cuda.mem_get_info() before the model loads shows what is left "
+                           "for this process"))
+    if pids:
+        out.append(Fix("share_the_card", "several processes share the card: cap each so they fit "
+                       "together (the fraction is of the whole card, per process)",
+                       code="torch.cuda.set_per_process_memory_fraction(0.5)  # per process"))
     return out
 
 
@@ -132,13 +146,7 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
                 "allocator"]
         return found, ["allocator settings: the driver had room, so no allocator setting "
                        "changes this"]
-    bigger = Fix("bigger_card",
-                 f"a card with at least {_s(T + (decision.get('shortfall') or 0))} would have "
-                 f"had room for this allocation (later ones may need more)"
-                 if T and kind == "exhaustion" and decision["rule"] != "request_larger_than_card"
-                 else f"a card with more than {_s(R)} of memory: this one request is larger "
-                      f"than the card" if decision["rule"] == "request_larger_than_card"
-                 else "a card with more memory")
+    bigger = _bigger(kind, decision, R, T)
     if decision["rule"] == "request_larger_than_card":
         left_out.append("allocator settings and empty_cache(): one allocation larger than the "
                         "card cannot fit whatever the allocator does")
@@ -155,8 +163,8 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
     settings = []
     if not platform.has("cudaMallocAsync"):
         if platform.expandable_segments == "no":
-            where = next(n for n in ("windows", "mps", "xpu") if platform.has(n))
-            left_out.append(f"expandable_segments: not available on {where}")
+            left_out.append(f"expandable_segments: not available on "
+                            f"{platform.without_expandable}")
         elif "expandable_segments" in platform.settings_on:
             left_out.append("expandable_segments: the text says it is already on")
         else:
@@ -171,22 +179,7 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
                     "released every cached segment that was wholly free and retried; what stays "
                     "cached is free space inside segments that also hold live tensors")
     if kind == "outside_pytorch":
-        out = []
-        if msg.other_processes:
-            pids = ", ".join(str(p) for p in msg.other_processes)
-            out.append(Fix("other_processes", f"processes {pids} hold memory on this GPU",
-                           how="nvidia-smi shows them; stop them, or pick a free GPU with "
-                               "CUDA_VISIBLE_DEVICES"))
-        out.append(Fix("non_pytorch_memory",
-                       f"{_s(f['outside'])} is held outside PyTorch's allocator: other "
-                       f"processes, library workspaces (cuBLAS, cuDNN, NCCL), or another "
-                       f"framework in the same process",
-                       how="another framework: stop it preallocating (JAX: "
-                           "XLA_PYTHON_CLIENT_PREALLOCATE=false; TensorFlow: "
-                           "tf.config.experimental.set_memory_growth)"))
-        out.append(Fix("share_the_card", "cap each user of the card so they fit together",
-                       code="torch.cuda.set_per_process_memory_fraction(0.5)"))
-        return out, left_out
+        return _outside_fixes(f, msg, platform), left_out
     if kind == "fragmentation":
         return settings + [_smaller(None), not_empty], left_out
     short = decision.get("shortfall")
@@ -198,6 +191,25 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
     if platform.has("cudaMallocAsync"):
         return [_smaller(short), bigger], left_out
     return [_smaller(short), bigger, not_empty], left_out
+
+
+def _bigger(kind, decision, R, T):
+    """A bigger card: one with more than this card (and, when the shortfall is known, at least
+    this card plus it); never a card of this card's own size."""
+    short = decision.get("shortfall")
+    if decision["rule"] == "request_larger_than_card":
+        return Fix("bigger_card", f"a card with more than {_s(R)} of memory: this one request is "
+                                  f"larger than the card")
+    if T and short and short > 0 and _s(T + short) != _s(T):
+        return Fix("bigger_card", f"a card with at least {_s(T + short)} (this one has {_s(T)}) "
+                                  f"would have had room for this allocation (later ones may need "
+                                  f"more)")
+    if T and short and short > 0:
+        return Fix("bigger_card", f"a card with more than this one's {_s(T)}: this allocation was "
+                                  f"{_s(short)} short (later ones may need more)")
+    if T:
+        return Fix("bigger_card", f"a card with more than this one's {_s(T)}")
+    return Fix("bigger_card", "a card with more memory than this one")
 
 
 def _mps(kind, decision, f):

@@ -69,6 +69,6 @@ def _judge_03(answer):
                   f"{exact(round_size(size) + 512)} would need a cudaMalloc"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
+# -- the lesson's predict questions (see why_a_cache)
 question("03.p1", "number", unit="cudaMalloc calls")
 question("03.p2", "choice", choices=("load_model", "forward", "backward", "optimizer_step"))

@@ -3,7 +3,8 @@
 A message reaches the doctor through a terminal, a log file, a chat or an issue tracker, so it can
 carry: markdown (``**bold**``, backticks, ``>`` quotes), log prefixes at the start of each line
 (``[rank0]:``, ISO timestamps with a level, Python logging's ``ERROR:name:``, glog's
-``E0501 12:00:01.123 4242 file.cpp:12]``), hard wraps anywhere (inside words and numbers too),
+``E0501 12:00:01.123 4242 file.cpp:12]``), hard wraps anywhere (inside words and numbers too), wraps that start each line with "# ",
+newlines written as the two characters ``\n`` inside another program's string,
 full-width punctuation from an input method (``：`` ``（`` ``．``) and words glued to the message.
 :func:`clean` undoes the markup and prefixes (Unicode NFKC folds full-width forms); the message's
 patterns are then matched on the text with all whitespace removed (:func:`squash`), so wraps do
@@ -21,6 +22,7 @@ _LEVEL = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 _PREFIX = re.compile(
     r"(?m)^[ \t]*(?:"
     r"(?:>[ \t]?)+"                                            # markdown / mail quotes
+    r"|\#{1,6}(?=[ \t]|$)"                                     # "# " wraps, markdown headings
     r"|\[(?:rank|default)\d+\]:"                               # torchrun's per-rank prefix
     r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,\d]*(?:Z|[+-]\d\d:?\d\d)?"
     r"(?:[ \t]*[-|]?[ \t]*" + _LEVEL + r")?[ \t]*[-|:]?"       # timestamps with a level
@@ -31,9 +33,15 @@ _MARKUP = str.maketrans({"*": None, "`": None, "\u200b": None, "\ufeff": None})
 MAX_NAME = 80      # the longest exception name (with its module path) read before a message
 
 
+# a message quoted inside another program's string keeps its newlines as the two characters "\n"
+# (a Rust panic, a JSON log); before a capital or a space they are line breaks, not a Windows path
+_ESCAPED_NEWLINE = re.compile(r"\\n(?=[A-Z ])")
+
+
 def clean(text: str) -> str:
     """``text`` with full-width forms folded, markdown marks and per-line log prefixes removed."""
     text = unicodedata.normalize("NFKC", text)
+    text = _ESCAPED_NEWLINE.sub("\n", text)
     text = text.translate(_MARKUP)
     # a prefix can repeat (a quoted log line): two passes remove "> [rank0]:" and the like
     return _PREFIX.sub("", _PREFIX.sub("", text))

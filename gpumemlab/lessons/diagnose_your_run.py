@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpumemlab.quizkit.exercise_base import exercise, size_answer
 from gpumemlab.units import format_size, MiB
-from gpumemlab.quizkit.predict_rules import question
+from gpumemlab.quizkit.predict_rules import Misconception, question
 
 RECORDING = Path(__file__).resolve().parent / "data" / "training_run.pickle"
 
@@ -31,7 +31,7 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
 
 
 @exercise("09.ex", "the smallest card that runs it",
-          "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose.recording_09(), "
+          "Replay lesson 09's recorded run (gpumemlab.lessons.diagnose_your_run.recording_09(), "
           "the OOM the lesson diagnoses) with expandable_segments:True on smaller and smaller "
           "cards. What is the smallest card size on which it runs without an OOM? Answer to "
           "within 2 MiB.",
@@ -58,6 +58,10 @@ def _judge_09(answer):
                   f"{format_size(size - STEP_09)}"), figures
 
 
-# -- the lesson's predict questions (see caching_allocator)
-question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"))
+# -- the lesson's predict questions (see why_a_cache)
+question("09.p1", "choice", choices=("FRAGMENTATION", "EXHAUSTION"), misconceptions=(
+    Misconception("EXHAUSTION", "Reserved-but-unallocated memory plus what the driver still had "
+                  "would have held the request; only no single free block was large enough. "
+                  "That is fragmentation: the card was not too small."),
+))
 question("09.p2", "number", unit="settings")

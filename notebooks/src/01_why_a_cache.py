@@ -36,7 +36,7 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 #
 # Two runs to compare it with. **No cache at all** is what `PYTORCH_NO_CUDA_MEMORY_CACHING=1`
 # makes of PyTorch: every tensor is its own `cudaMalloc`, every free its own `cudaFree`
-# (`gml.lessons.caching_allocator.UncachedGPU` counts them on the same driver model). And
+# (`gml.lessons.why_a_cache.UncachedGPU` counts them on the same driver model). And
 # **`empty_cache()` after each step**: the cache still serves requests within a step, but every
 # wholly free segment goes back at the end, so each step starts from nothing.
 #
@@ -61,7 +61,7 @@ def step(gpu):
     live.clear()                                  # backward done: everything dies
 
 def run(steps, release_every_step=False, cache=True):
-    from gpumemlab.lessons.caching_allocator import UncachedGPU
+    from gpumemlab.lessons.why_a_cache import UncachedGPU
     gpu = gml.SimulatedGPU("8GiB", alloc_conf="") if cache else UncachedGPU("8GiB")
     for _ in range(steps):
         step(gpu)

@@ -1,7 +1,7 @@
 """What ``gml.growth`` returns: one ``Iteration`` per step with its cause and evidence (``Site``:
 the allocating frames of bytes the step kept; ``Trigger``: an allocation that made reserved
 memory grow), gathered in a ``GrowthReport`` that prints as a table, renders as HTML in a
-notebook and draws its figure (``growth_figure``)."""
+notebook and draws its figure (``growth.figure``)."""
 from __future__ import annotations
 
 import html
@@ -202,11 +202,11 @@ class GrowthReport:
 
     def as_dict(self) -> dict:
         """The JSON form (``schema_version`` 1, docs/GROWTH.md "JSON schema")."""
-        from .growth_json import as_dict
+        from .json_form import as_dict
         return as_dict(self)
 
     def json(self) -> str:
-        from .growth_json import to_json
+        from .json_form import to_json
         return to_json(self)
 
     @property
@@ -266,5 +266,5 @@ class GrowthReport:
 
     def figure(self, title: str | None = None):
         """Allocated and reserved at each iteration's end, coloured by cause (matplotlib)."""
-        from .growth_figure import plot_growth
+        from .figure import plot_growth
         return plot_growth(self, title=title)

@@ -1,4 +1,4 @@
-"""The JSON form of a :class:`~gpumemlab.doctor.growth_report.GrowthReport` (``report.json()``,
+"""The JSON form of a :class:`~gpumemlab.doctor.growth.result.GrowthReport` (``report.json()``,
 ``report.as_dict()``): versioned, every field documented in docs/GROWTH.md ("JSON schema").
 Sizes are bytes; entry numbers index the recording's trace; null where a value does not apply.
 """

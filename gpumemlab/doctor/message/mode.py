@@ -7,20 +7,22 @@ printed (1.4-2.0), A + C (1.0-1.3, where "cached" C was reserved minus allocated
 and XPU, A including CUDA-graph private pools there); reserved but unallocated is U, C or
 reserved - A; memory outside this process's allocator is total - free - reserved, and this
 process's own part of it P - reserved when the message has the "this process has P" line.
-Doubtful figures (:mod:`~gpumemlab.doctor.message_sanity`) are left out of the figures and the
-decision (:mod:`~gpumemlab.doctor.message_kind`); the platform
-(:mod:`~gpumemlab.doctor.message_platform`) picks the fixes (:mod:`~gpumemlab.doctor.message_fixes`).
+Doubtful figures (:mod:`~gpumemlab.doctor.message.sanity`) are left out of the figures and the
+decision (:mod:`~gpumemlab.doctor.message.kind`); the platform
+(:mod:`~gpumemlab.doctor.message.platform`) picks the fixes (:mod:`~gpumemlab.doctor.message.remedies`).
 """
 from __future__ import annotations
 
 from gpumemlab.units import format_size
 
-from .diagnosis import Diagnosis
-from .message import OOMMessage, parse_message
-from .message_fixes import fixes as fit_fixes
-from .message_kind import decide
-from .message_platform import detect
-from .message_sanity import check
+from ..diagnosis import Diagnosis
+from . import NotAnOOMMessage, OOMMessage, parse_message
+from .remedies import fixes as fit_fixes
+from .kind import decide, split_processes
+from .foreign import identify
+from .text import clean, squash
+from .platform import detect
+from .sanity import check
 
 __all__ = ["diagnose_message", "ASK_FOR_A_SNAPSHOT"]
 
@@ -70,14 +72,29 @@ def _figures(m: OOMMessage):
 
 
 def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
-    """Parse ``text`` (see :func:`parse_message`) and diagnose the OOM it reports."""
-    m = parse_message(text)
+    """Parse ``text`` (see :func:`parse_message`) and diagnose the OOM it reports; a text that
+    holds another framework's or a serving engine's memory error instead (or only a bare "CUDA
+    error: out of memory" beside one) is named (:mod:`~gpumemlab.doctor.message.foreign`)."""
+    try:
+        m = parse_message(text)
+    except NotAnOOMMessage:
+        other = identify(squash(clean(text)))
+        if other is None:
+            raise
+        return _foreign(other, source)
+    if m.form == "runtime_error":
+        other = identify(squash(m.context))
+        if other is not None:
+            return _foreign(other, source)
     platform = detect(m)
     raw, prec = _figures(m)
     flags, doubtful = check(raw, prec, platform)
     f = {k: (None if k in doubtful else v) for k, v in raw.items()}
     if "total" in doubtful:
         f["outside"] = None
+    others, me = split_processes(m, f["reserved"])
+    f["others"] = sum(others.values()) or None
+    f["other_pids"] = list(others)
     decision = decide(f, prec, m)
     kind = decision["kind"]
     if kind == "unexplained" and decision["rule"] != "per_allocation_limit":
@@ -123,20 +140,14 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
                     ("requested", "total", "free", "allocated", "reserved", "unallocated",
                      "allowed", "this_process", "limit", "other_allocations")
                     if getattr(m, k) is not None}}
-    d.evidence = _evidence(m, d, f, platform)
+    d.details["this_process_pid"] = me
+    d.evidence = _evidence(m, d, f, platform, me)
     d.cannot_tell = _cannot_tell(m)
     return d
 
 
-_CAUSES = {"windows": "Windows' driver model (WDDM) and its shared system memory",
-           "wsl": "WSL2's VM memory limit", "rocm": "the ROCm runtime or driver",
-           "xpu": "the Intel GPU driver (some refuse one allocation over 4 GiB)",
-           "unified_memory": "unified memory on an APU (the firmware carve-out or GTT size)",
-           "mps": "macOS's memory pressure", "cudaMallocAsync": "the driver's memory pool"}
-
-
 def _causes(platform):
-    found = [_CAUSES[n] for n in platform.names if n in _CAUSES]
+    found = platform.causes
     if found:
         return "Causes that fit this text: " + "; ".join(found) + "; or a driver bug."
     return ("The text names no platform: the usual causes are Windows' WDDM shared memory, WSL2's "
@@ -155,10 +166,24 @@ _FORM_TITLE = {"1.0-1.3": "PyTorch 1.0-1.3 (\"cached\" is reserved minus allocat
                "cudaMallocAsync": "the cudaMallocAsync backend", "mps": "Apple MPS allocator",
                "exa": "PyTorch (request over 1 EB)",
                "first_sentence": "the first sentence of a PyTorch message only",
+               "thc": "PyTorch 0.1-0.4 (THC's \"cuda runtime error (2) : out of memory\")",
                "runtime_error": "the CUDA runtime's own error (not PyTorch's allocator)"}
 
 
-def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform):
+def _foreign(other, source) -> Diagnosis:
+    """The diagnosis of a memory error that is not PyTorch's caching allocator's: one line
+    naming it and the settings that decide it."""
+    summary = (f"Not a PyTorch allocator OOM: {other.what}. What decides it: "
+               + "; ".join(other.settings) + ".")
+    return Diagnosis(mode="message", source=source, kind="not_pytorch_allocator", summary=summary,
+                     evidence=[f"the text shows {other.framework}: {other.matched!r}"],
+                     cannot_tell=["PyTorch's allocator figures: this text is not its message"],
+                     details={"framework": other.framework, "form": "not_pytorch_allocator",
+                              "what": other.what, "settings": list(other.settings),
+                              "matched": other.matched})
+
+
+def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
     out = [f"form: {_FORM_TITLE.get(m.form, m.form)}" + (f" ({m.backend})" if m.backend else "")]
     if platform.names:
         out.append("platform: " + "; ".join(platform.evidence[n] for n in platform.names))
@@ -190,9 +215,10 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform):
                    f"of it outside PyTorch's allocator (CUDA context, libraries)")
     for pid, fig in m.other_processes.items():
         line = f"process {pid} holds {fig.text}"
-        if m.this_process is None and d.reserved_bytes is not None and fig.bytes >= d.reserved_bytes:
-            line += (" (at least what this process reserved, and no 'this process' line: probably "
-                     "this very process, seen under another pid from inside a container)")
+        if pid == me:
+            line += (" (no 'this process' line, and the one Process line that holds at least what "
+                     "this process reserved: probably this very process, seen under another pid "
+                     "from inside a container)")
         out.append(line)
     if m.allowed is not None:
         out.append(f"a memory fraction was set: PyTorch may reserve at most {m.allowed.text}")
