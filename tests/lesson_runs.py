@@ -1,7 +1,7 @@
 """Each lesson executed once per test session, headless, top to bottom with its shipped stubs
 (as nbval runs it), in a kernel whose progress file is a scratch one; a last probe cell reports
 the answers its reveal cells revealed. Shared by the tests that read executed lessons
-(``test_lessons_give_nothing_away``, ``notebooks/test_lesson_figures``), so a session runs each
+(``test_lessons_give_nothing_away``, ``tests/notebooks/test_lesson_figures.py``), so a session runs each
 lesson once."""
 from __future__ import annotations
 

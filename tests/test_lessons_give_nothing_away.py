@@ -119,6 +119,8 @@ def earlier_texts(cells, at):
 PREMISES = {
     ("04.p1", "2.00 MiB"): "the size of the small pool's segment, printed in the release order "
                            "above: the question is whether empty_cache() keeps it",
+    ("04.p2", "0 bytes"): "what empty_cache() leaves once the last tensor is gone, in 04.p1's "
+                          "experiment: the question is what it returns while tensors live",
     ("11.p3", "40.00 MiB"): "what six growing tensors were mapped into, 20 MiB pages at a time: "
                             "the question is which pages unmapping keeps for the third alone",
 }

@@ -132,4 +132,5 @@ def prefix_figure(rows):
     axes[0, 0].legend(fontsize=7)
     axes[0, 1].legend(fontsize=7)
     fig.tight_layout()
+    plt.close(fig)  # returned, so Jupyter shows it once (the inline backend would too)
     return fig

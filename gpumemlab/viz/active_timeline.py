@@ -51,7 +51,10 @@ def _frame_key(frames) -> str | None:
             and frames[k + 1].get("filename") == f.get("filename"):
         k += 1
         f = frames[k]
-    filename = str(f.get("filename") or "?").replace("\\", "/").rsplit("/", 1)[-1]
+    path = str(f.get("filename") or "?").replace("\\", "/")
+    # code typed in a notebook runs from the kernel's temporary file (/tmp/ipykernel_NNN/NNN.py):
+    # its name means nothing to a reader, the cell does
+    filename = "cell" if "/ipykernel_" in path else path.rsplit("/", 1)[-1]
     return f"{f.get('name')} ({filename}:{f.get('line')})"
 
 
@@ -172,7 +175,8 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
     from matplotlib.patches import Patch
     from matplotlib.ticker import FuncFormatter
     data = bands(source, by=by, device=device)
-    if ax is None:
+    own = ax is None
+    if own:
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
     else:
@@ -236,6 +240,8 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
                 color="#444444", wrap=True)
     data.update(colours={k: colours[k] for k in ranked}, step_note=step_note)
     fig.gml_timeline = data
+    if own:
+        plt.close(fig)  # returned, so Jupyter shows it once (as memory_timeline.timeline does)
     return fig
 
 

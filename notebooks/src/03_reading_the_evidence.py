@@ -150,7 +150,10 @@ print("keys:", list(snap))
 seg = snap["segments"][0]
 print("a segment:", {k: v for k, v in seg.items() if k not in ("blocks", "frames")})
 print("its first block:", {k: v for k, v in seg["blocks"][0].items() if k != "frames"})
-print("allocated by:", seg["blocks"][0]["frames"][0])
+frame = seg["blocks"][0]["frames"][0]
+temporary = "ipykernel_" in frame["filename"]   # code typed in a cell: the kernel's temp file
+print("allocated by:", {k: v for k, v in frame.items() if k != "filename" or not temporary},
+      "in a notebook cell" if temporary else "")
 total = sum(s["total_size"] for s in snap["segments"])
 allocated = sum(b["size"] for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
 print(f"segments add up to {gml.format_size(total)} reserved and {gml.format_size(allocated)} allocated")

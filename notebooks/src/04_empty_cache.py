@@ -75,7 +75,8 @@ gml.reveal("04.p1", sim.memory_reserved())
 pinned = sim.memory_reserved()
 del tiny
 sim.empty_cache()
-print(f"after del + empty_cache: reserved {gml.format_size(sim.memory_reserved())}")
+left = sim.memory_reserved()
+print(f"after del + empty_cache: {'nothing' if left == 0 else gml.format_size(left)} reserved")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert pinned == 2 * MiB

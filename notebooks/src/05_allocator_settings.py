@@ -124,9 +124,12 @@ assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises O
 # segment, then retry. That is slow, and it throws away blocks that were about to be reused.
 #
 # With `garbage_collection_threshold:t` (0 < t < 1), `garbage_collect_cached_blocks` runs before
-# `alloc_block` once reserved memory passes `t × allowed`: it frees whole cached large blocks
-# that have not been reused for a while (their age is counted in `get_free_block` calls,
-# `gc_count`), oldest first, without a device-wide sync, until reserved is below the threshold.
+# `alloc_block` once reserved memory passes `t × allowed`. It ages every whole cached large
+# block (`gc_count`: the `get_free_block` calls since it was cached) and, pass after pass, frees
+# **every** one at least as old as the average age, until it has freed at least what reserved
+# memory is over `t × allowed` (it finishes the pass it is in, so that it does not run again
+# at once). It skips the allocator's synchronize-every-stream step; each `cudaFree` it makes
+# still waits for the device, as lesson 01 said of every `cudaFree`.
 # In this model, as in the newest PyTorch, it only acts under a memory fraction below 1.0.
 #
 # The workload: a loop whose tensors grow every step (think of a growing sequence length), on
@@ -187,7 +190,8 @@ assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x
 # failed `cudaMalloc`, a synchronization of the whole device, then a retry: the retry and sync
 # counts above), and reserved memory climbs to the 4 GiB limit before each release (the upper
 # panel's peaks). With GC the old blocks leave before the limit is reached, with no retry and
-# no sync, and the peak reserved printed above is lower.
+# no synchronization of every stream (its `cudaFree` calls are the ones counted above), and the
+# peak reserved printed above is lower.
 #
 # ## 3. `roundup_power2_divisions`: coarser size steps
 #

@@ -95,6 +95,7 @@ assert busy_reserved == 2 * 12 * MiB
 
 # %%
 fig = gml.show(sim, title="x pending free (the side stream is busy), y in a new segment")
+fig
 
 # %% [markdown]
 # Once the side stream's work is done (`synchronize()` here), the next allocation's
