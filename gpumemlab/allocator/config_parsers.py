@@ -57,14 +57,18 @@ class Tokens(list):
         return text == "True"
 
 
+def mib_to_bytes(value: int) -> int:
+    """c10's MiB settings: clamped to SIZE_MAX / kMB, then shifted by 20 bits."""
+    return min(value, SIZE_MAX // K_MB) * K_MB
+
+
 def parse_mb_at_least_large_segment(attr):
     def handler(config, tokens, i, key):
         value = tokens.to_size_t(i)
         min_mb = config.large_segment_size // K_MB
         if value < min_mb:
             raise AllocatorConfigError(f"CachingAllocator option {key} too small, must be >= {min_mb}")
-        value = min(value, SIZE_MAX // K_MB)
-        setattr(config, attr, value * K_MB)
+        setattr(config, attr, mib_to_bytes(value))
         return i
     return handler
 
@@ -161,10 +165,9 @@ def parse_reserve_segment(config, tokens, i, key):
 
 def parse_pinned_mb(attr):
     # torch 2.13 libc10 parsePinnedMaxRoundThreshold / parsePinnedMaxCachedSize: the value is
-    # clamped to SIZE_MAX / kMB and shifted by 20 bits (MiB); no lower bound, so 0 is allowed.
+    # read as the other MiB settings are, with no lower bound, so 0 is allowed.
     def handler(config, tokens, i, key):
-        value = min(tokens.to_size_t(i), SIZE_MAX // K_MB)
-        setattr(config, attr, value * K_MB)
+        setattr(config, attr, mib_to_bytes(tokens.to_size_t(i)))
         return i
     return handler
 
