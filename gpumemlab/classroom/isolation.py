@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 INSIDE_HOME = "/home/student"
@@ -136,13 +137,17 @@ class MappedUserNamespace:
                                 stderr=subprocess.PIPE)
         try:
             ns = f"/proc/{proc.pid}/ns/user"
-            for _ in range(200):   # wait until the sleeper is inside its new namespace
-                if os.path.exists(ns) and os.readlink(ns) != os.readlink("/proc/self/ns/user"):
-                    break
+            # Wait until the sleeper is inside its new namespace: writing the maps of a process
+            # still in ours is EPERM. A count of yields was too short on a loaded machine (CI
+            # skipped every sandbox test), so the wait is by the clock.
+            deadline = time.monotonic() + 10.0
+            while not (os.path.exists(ns) and os.readlink(ns) != os.readlink("/proc/self/ns/user")):
                 if proc.poll() is not None:
                     raise OSError(f"unshare --user failed: "
                                   f"{proc.stderr.read().decode(errors='replace').strip()}")
-                os.sched_yield()
+                if time.monotonic() > deadline:
+                    raise OSError("unshare --user did not enter a new user namespace in 10 s")
+                time.sleep(0.001)
             mapping = f"0 0 1\n{NOBODY} {NOBODY} 1\n"
             for name in ("uid_map", "gid_map"):
                 with open(f"/proc/{proc.pid}/{name}", "w") as f:
