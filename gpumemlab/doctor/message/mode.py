@@ -5,7 +5,7 @@ split).
 The figures follow each form's own arithmetic (see :mod:`~gpumemlab.doctor.message`): reserved is
 printed (1.4-2.0), A + C (1.0-1.3, where "cached" C was reserved minus allocated) or A + U (2.1+
 and XPU, A including CUDA-graph private pools there); reserved but unallocated is U, C or
-reserved - A; memory outside this process's allocator is total - free - reserved, and this
+reserved - A; memory outside PyTorch is total - free - reserved (one meaning everywhere), and this
 process's own part of it P - reserved when the message has the "this process has P" line.
 Doubtful figures (:mod:`~gpumemlab.doctor.message.sanity`) are left out of the figures and the
 decision (:mod:`~gpumemlab.doctor.message.kind`); the platform
@@ -108,7 +108,9 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         notes.append(f"partial message: read {', '.join(m.read) or 'no figure'}; could not "
                      f"read {', '.join(m.missing)} (left null)")
     others = sum(x.bytes for x in m.other_processes.values()) if m.other_processes else None
-    non_pytorch = f["non_pytorch"] if m.this_process is not None else f["outside"]
+    # "outside PyTorch" has one meaning everywhere (docs/DOCTOR.md): total - free - reserved,
+    # all the card's memory that this process's caching allocator does not hold
+    non_pytorch = f["outside"]
     d = Diagnosis(
         mode="message", source=source, kind=kind, summary=decision["summary"],
         requested_bytes=f["requested"], total_bytes=f["total"], free_bytes=f["free"],
@@ -118,7 +120,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     names = {"requested_bytes": "requested", "total_bytes": "total", "free_bytes": "free",
              "allocated_bytes": "allocated", "reserved_bytes": "reserved",
              "reserved_unallocated_bytes": "unallocated",
-             "non_pytorch_bytes": "non_pytorch" if m.this_process is not None else "outside"}
+             "non_pytorch_bytes": "outside"}
     d.precision = {k: prec.get(v, 0) for k, v in names.items()
                    if getattr(d, k) is not None and prec.get(v, 0)}
     d.fixes, left_out = fit_fixes(kind, decision, f, m, platform)
@@ -136,6 +138,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         "per_allocation_limit_bytes": _b(m.per_allocation_limit),
         "private_pools_bytes": _b(m.private_pools), "this_process_bytes": f["this_process"],
         "outside_allocator_bytes": f["outside"],
+        "this_process_outside_allocator_bytes": f["non_pytorch"],
         "printed": {k: getattr(m, k).text for k in
                     ("requested", "total", "free", "allocated", "reserved", "unallocated",
                      "allowed", "this_process", "limit", "other_allocations")
@@ -208,11 +211,14 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
     if held:
         out.append("PyTorch: " + ", ".join(held))
     if f["outside"] is not None:
-        out.append(f"outside this process's allocator (total - free - reserved): "
-                   f"{_fmt(f['outside'])}")
+        out.append(f"outside PyTorch (total - free - reserved: what this process's caching "
+                   f"allocator does not hold): {_fmt(f['outside'])}")
     if m.this_process is not None and f["non_pytorch"] is not None:
-        out.append(f"this process uses {m.this_process.text} in all, {_fmt(f['non_pytorch'])} "
-                   f"of it outside PyTorch's allocator (CUDA context, libraries)")
+        out.append(f"this process uses {m.this_process.text} in all: {_fmt(f['non_pytorch'])} "
+                   f"of the memory outside PyTorch is its own (CUDA context, libraries; P - "
+                   f"reserved)" + ("" if f["outside"] is None else
+                                   f", the other {_fmt(max(f['outside'] - f['non_pytorch'], 0))} "
+                                   f"is other processes', the desktop's or the driver's"))
     for pid, fig in m.other_processes.items():
         line = f"process {pid} holds {fig.text}"
         if pid == me:
