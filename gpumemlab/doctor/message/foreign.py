@@ -10,7 +10,8 @@ be stored in KV cache", SGLang's "Not enough memory. Please try to increase --me
 TGI's "Not enough memory to handle N prefill tokens"), from CUDA itself (a context that cannot be
 created: ``cudaGetDeviceCount() ... Error 2: out of memory``, ``cuInit``), from pinned host memory
 (``could not allocate pinned host memory``) and from NCCL's own buffers (``NCCL WARN Cuda failure
-'out of memory'``). None of them is read by the PyTorch allocator's settings, so the doctor names
+'out of memory'``), and llama.cpp's whole-buffer allocations (``cudaMalloc failed: out of
+memory`` / ``failed to allocate CUDA0 buffer of size N``). None of them is read by the PyTorch allocator's settings, so the doctor names
 the thing and its knobs instead of refusing the text.
 
 Each rule is a pattern on the paste with all whitespace removed (wraps inside words do not
@@ -74,8 +75,9 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      "failed",
      re.compile(r"Noavailablememoryforthecacheblocks|maxseqlen\(\d+\)islargerthanthemaximum"
                 r"numberoftokensthatcanbestoredinKVcache|KVcacheisneeded,whichislargerthanthe"
-                r"availableKVcachememory|insufficientmemoryfortheKVcache|found0GPUblocks",
-                re.I),
+                r"availableKVcachememory|insufficientmemoryfortheKVcache|found0GPUblocks|"
+                r"Freememoryondevice[^\n]{0,40}?onstartupislessthandesiredGPUmemoryutilization|"
+                r"AvailableKVcachememory:-\d", re.I),
      ("gpu_memory_utilization (the fraction of the whole card the engine may use; memory other "
       "processes hold counts against it)", "max_model_len (the KV cache must hold one request "
       "of this length)", "tensor_parallel_size, kv_cache_dtype=fp8, enforce_eager=True (no CUDA "
@@ -91,6 +93,14 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      re.compile(r"Notenoughmemorytohandle\d+(?:totaltokens|prefilltokens)", re.I),
      ("--max-batch-prefill-tokens and --max-batch-total-tokens",
       "--max-input-length / --max-total-tokens", "--cuda-memory-fraction, --quantize, --num-shard")),
+    ("llamacpp", "llama.cpp (ggml) asked the driver for a buffer and it had no room: its "
+     "buffers are allocated whole (model weights per device, the KV cache, the compute buffer), "
+     "with no caching allocator between them",
+     re.compile(r"cudaMallocfailed:outofmemory|failedtoallocate(?:CUDA|ROCm)\d+bufferofsize|"
+                r"unabletoallocate(?:CUDA\d+|backend)buffer", re.I),
+     ("-ngl / --n-gpu-layers (fewer layers on the GPU) and --tensor-split across GPUs",
+      "-c / --ctx-size (the KV cache grows with it), --cache-type-k/v q8_0, -ub / --ubatch-size "
+      "(the compute buffer)", "a smaller quantization of the model")),
     ("jax", "JAX/XLA's allocator ran out (its own pool, not PyTorch's)",
      re.compile(r"RESOURCE_EXHAUSTED:[^\n]{0,40}?Outofmemory|Resourceexhausted:Outofmemorywhile"
                 r"tryingtoallocate|XlaRuntimeError[^\n]{0,60}?(?:Outofmemory|RESOURCE_EXHAUSTED)",

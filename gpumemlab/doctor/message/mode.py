@@ -20,6 +20,7 @@ from . import NotAnOOMMessage, OOMMessage, parse_message
 from .remedies import fixes as fit_fixes
 from .kind import decide, split_processes
 from .foreign import identify
+from .foreign_figures import read as read_foreign_figures
 from .text import clean, squash
 from .platform import detect
 from .sanity import check
@@ -78,14 +79,16 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     try:
         m = parse_message(text)
     except NotAnOOMMessage:
-        other = identify(squash(clean(text)))
+        squashed = squash(clean(text))
+        other = identify(squashed)
         if other is None:
             raise
-        return _foreign(other, source)
+        return _foreign(other, source, squashed)
     if m.form == "runtime_error":
-        other = identify(squash(m.context))
+        squashed = squash(m.context)
+        other = identify(squashed)
         if other is not None:
-            return _foreign(other, source)
+            return _foreign(other, source, squashed)
     platform = detect(m)
     raw, prec = _figures(m)
     flags, doubtful = check(raw, prec, platform)
@@ -173,17 +176,24 @@ _FORM_TITLE = {"1.0-1.3": "PyTorch 1.0-1.3 (\"cached\" is reserved minus allocat
                "runtime_error": "the CUDA runtime's own error (not PyTorch's allocator)"}
 
 
-def _foreign(other, source) -> Diagnosis:
+def _foreign(other, source, squashed) -> Diagnosis:
     """The diagnosis of a memory error that is not PyTorch's caching allocator's: one line
-    naming it and the settings that decide it."""
-    summary = (f"Not a PyTorch allocator OOM: {other.what}. What decides it: "
-               + "; ".join(other.settings) + ".")
+    naming it, what its own figures say (:mod:`~gpumemlab.doctor.message.foreign_figures`) and
+    the settings that decide it."""
+    fig, says = read_foreign_figures(other.framework, squashed)
+    summary = f"Not a PyTorch allocator OOM: {other.what}."
+    if says:
+        summary += " Its figures: " + "; ".join(says) + "."
+    summary += " What decides it: " + "; ".join(other.settings) + "."
     return Diagnosis(mode="message", source=source, kind="not_pytorch_allocator", summary=summary,
-                     evidence=[f"the text shows {other.framework}: {other.matched!r}"],
+                     requested_bytes=fig.get("requested_bytes"),
+                     total_bytes=fig.get("total_bytes"), free_bytes=fig.get("free_bytes"),
+                     device=fig.get("device"),
+                     evidence=[f"the text shows {other.framework}: {other.matched!r}"] + says,
                      cannot_tell=["PyTorch's allocator figures: this text is not its message"],
                      details={"framework": other.framework, "form": "not_pytorch_allocator",
                               "what": other.what, "settings": list(other.settings),
-                              "matched": other.matched})
+                              "matched": other.matched, "figures": fig})
 
 
 def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
