@@ -201,9 +201,7 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
     if platform.names:
         out.append("platform: " + "; ".join(platform.evidence[n] for n in platform.names))
     if m.form == "mps":
-        out.append(f"MPS allocated {_fmt(f['allocated'])}, other allocations "
-                   f"{_fmt(f['other_allocations'])}, max allowed {_fmt(f['limit'])}; tried to "
-                   f"allocate {_fmt(f['requested'])}" + (f" on the {m.pool} pool" if m.pool else ""))
+        out.extend(_mps_evidence(m, f))
         return out
     where = "" if d.device is None else f" on GPU {d.device}"
     line = [] if d.requested_bytes is None else [
@@ -246,6 +244,33 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    "roundup_power2_divisions, garbage_collection_threshold) are not in use")
     if m.hint:
         out.append(f"PyTorch's hint line suggests {m.hint}; it prints that whatever the settings")
+    return out
+
+
+def _mps_evidence(m, f):
+    """What each figure of MPSAllocator.mm's message is, and the sum its limit test takes."""
+    A, O, M, R = f["allocated"], f["other_allocations"], f["limit"], f["requested"]
+    out = [f"MPS allocated {_fmt(A)}: the tensors PyTorch's MPS allocator holds "
+           f"(torch.mps.current_allocated_memory())",
+           f"other allocations {_fmt(O)}: what Metal's driver holds for this process beyond "
+           f"them (the allocator's cached buffers, MPSGraph and other Metal objects; "
+           f"torch.mps.driver_allocated_memory() minus the line above)"]
+    pool = {"private": "the private pool (GPU-only buffers)",
+            "shared": "the shared pool (buffers the CPU also sees)"}.get(m.pool, "")
+    out.append(f"tried to allocate {_fmt(R)}" + (f" from {pool}" if pool else ""))
+    if M is not None:
+        out.append(f"max allowed {_fmt(M)}: the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO "
+                   f"(1.7 by default) x the memory macOS recommends for the GPU (about "
+                   f"{_fmt(round(M / 1.7))} at the default ratio)")
+        if None not in (A, R):
+            used = A + (O or 0) + R
+            gap = used - M
+            out.append(f"the allocator refuses when allocated + other + the request passes it: "
+                       f"{_fmt(A)} + {_fmt(O or 0)} + {_fmt(R)} = {_fmt(used)}, "
+                       + (f"{_fmt(gap)} over" if gap > 0 else f"{_fmt(-gap)} under"
+                          if gap < 0 else "exactly at") + " the limit")
+    else:
+        out.append("no max allowed printed: the ratio is 0.0 (no limit) or the message was cut")
     return out
 
 

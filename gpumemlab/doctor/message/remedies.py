@@ -40,10 +40,8 @@ def _expandable(platform, msg=None):
     why = ("the cached free memory is in pieces; with expandable segments each stream's memory "
            "is one segment that grows and shrinks by pages, so freed pages are remapped where "
            "the next request needs them instead of staying stranded")
-    if platform.expandable_segments == "rocm":
-        why += ("; on ROCm only PyTorch 2.11 or later built against ROCm 7.0 or newer has them "
-                "(older builds warn 'expandable_segments not supported on this platform' and "
-                "ignore the setting)")
+    for caveat in platform.caveats("expandable_segments"):
+        why += "; " + caveat
     if msg is not None and msg.form in ("1.0-1.3", "1.4-2.0"):
         why += ("; this message's form is PyTorch 2.0 or older, which has no expandable segments "
                 "(they came in 2.1): upgrade first")
@@ -81,8 +79,8 @@ def _max_split(platform, R):
     why = (f"cached blocks of at least max_split_size are never split for smaller requests, "
            f"so big free blocks stay whole for big requests like this {_s(R)} one (a starting "
            f"value: a snapshot lets the doctor search and verify one)")
-    if platform.has("xpu"):
-        why += "; XPU builds before the allocator settings were added ignore the variable"
+    for caveat in platform.caveats("max_split_size_mb"):
+        why += "; " + caveat
     return Fix("max_split_size_mb", why, how=_conf(platform, f"max_split_size_mb:{split_mb}"),
                alloc_conf=f"max_split_size_mb:{split_mb}")
 
@@ -153,7 +151,13 @@ def _outside_fixes(f, msg, platform):
 
 
 def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list]:
-    """Ranked fixes for ``kind`` and lines naming each fix left out and why."""
+    """Ranked fixes for ``kind`` and lines naming each fix left out and why: the platform ranks
+    them by what it supports (:meth:`~gpumemlab.doctor.message.platform.Platform.rank`)."""
+    found, left_out = _fixes(kind, decision, f, msg, platform)
+    return platform.rank(found), left_out
+
+
+def _fixes(kind, decision, f, msg, platform):
     R = f.get("requested") or 0
     T = f.get("total")
     left_out = []
