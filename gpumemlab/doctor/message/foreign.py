@@ -108,8 +108,8 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      _XLA),
     ("tensorflow", "TensorFlow's allocator ran out (its own BFC pool, not PyTorch's)",
      re.compile(r"OOMwhenallocatingtensor|ResourceExhaustedError|Allocator\(GPU_\d+_bfc\)ranout"
-                r"ofmemory|failedtoallocate[\d.]+[KMGT]?\(\d+bytes\)fromdevice:CUDA_ERROR_OUT_OF"
-                r"_MEMORY", re.I), _TF),
+                r"ofmemory|failedtoallocate[\d.]+[KMGT]?(?:\(\d+bytes\))?fromdevice:(?:CUDA_ERROR_OUT"
+                r"_OF_MEMORY|hipError_t\(1002\))", re.I), _TF),     # 1002: hipErrorOutOfMemory
     ("candle", "candle (Rust) asked the CUDA driver directly and it had no room: there is no "
      "caching allocator between them",
      re.compile(r"DriverError\(CUDA_ERROR_OUT_OF_MEMORY"),
@@ -141,7 +141,7 @@ _KEYS = {
     "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate"),
     "jax": ("resource_exhausted", "resourceexhausted", "xlaruntimeerror"),
     "tensorflow": ("oomwhenallocating", "resourceexhaustederror", "ranoutofmemory",
-                   "cuda_error_out_of_memory"),
+                   "fromdevice"),
     "candle": ("drivererror(cuda_error_out_of_memory",),
     "numba": ("cumemalloc",),
     "cuda_driver": ("cuda_error_out_of_memory",),

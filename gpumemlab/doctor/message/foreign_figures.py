@@ -42,6 +42,7 @@ _JAX_TOTAL = re.compile(r"totalallocation:(\d+(?:\.\d+)?)(TiB|GiB|MiB|KiB|B)")
 _JAX_CUDA = re.compile(r"Freememory/Totalmemory:(\d+)/(\d+)")
 _TF_SHAPE = re.compile(r"OOMwhenallocatingtensorwithshape\[([\d,]*)\](?:andtype(\w+?)on)?")
 _TF_BYTES = re.compile(r"failedtoallocate[\d.]+[KMGT]?\((\d+)bytes\)")
+_TF_SIZE = re.compile(r"failedtoallocate(\d+(?:\.\d+)?)([KMGT])fromdevice")
 _VLLM_TOKENS = re.compile(r"maxseqlen\((\d+)\)islargerthanthemaximumnumberoftokensthatcanbe"
                           r"storedinKVcache\((\d+)\)")
 _VLLM_GIB = re.compile(r"maxseqlen\((\d+)\),?\(?(\d+(?:\.\d+)?)GiBKVcacheisneeded,whichis"
@@ -50,7 +51,7 @@ _VLLM_AVAILABLE = re.compile(r"AvailableKVcachememory[:(](-?\d+(?:\.\d+)?)GiB")
 _VLLM_ESTIMATE = re.compile(r"estimatedmaximummodellengthis(\d+)")
 _VLLM_STARTUP = re.compile(r"Freememoryondevice(?:cuda:\d+)?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)"
                            r"GiB\)onstartupislessthandesiredGPUmemoryutilization\((\d+(?:\.\d+)?)"
-                           r",(\d+(?:\.\d+)?)GiB\)")
+                           r",(\d+(?:\.\d+)?)GiB\)", re.I)   # titles quote it in lower case
 _LLAMA = re.compile(r"allocating(\d+(?:\.\d+)?)MiBondevice(\d+):cudaMallocfailed")
 _LLAMA_SIZE = re.compile(r"failedtoallocate(CUDA|ROCm|Vulkan|Metal)(\d+)bufferofsize(\d+)")
 _TGI = re.compile(r"Notenoughmemorytohandle(\d+)(totaltokens|prefilltokens)")
@@ -109,6 +110,10 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         if m and "requested_bytes" not in fig:
             fig["requested_bytes"] = int(m.group(1))
             says.append(f"the allocator asked the driver for {_s(int(m.group(1)))} at once")
+        m = last(_TF_SIZE)
+        if m and "requested_bytes" not in fig:      # "8.00G": TensorFlow's binary units
+            fig["requested_bytes"] = _b(m.group(1), m.group(2))
+            says.append(f"the allocator asked the driver for {m.group(1)} {m.group(2)}iB at once")
     elif framework == "vllm":
         m = last(_VLLM_GIB)
         if m:
