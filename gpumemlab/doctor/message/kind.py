@@ -294,6 +294,10 @@ def _unknown(msg, border):
     elif msg.allocator == "cudaMallocAsync":
         why = ("with cudaMallocAsync the driver's memory pool keeps freed memory it has not yet "
                "released, and the message does not separate that from other processes")
+    elif msg.form == "xpu" and msg.free is None:
+        why = ("PyTorch's XPU message prints no free-memory figure, so whether the driver had "
+               "room is not in the text" + (", and the cached free memory does not hold the "
+                                            "request" if msg.unallocated is not None else ""))
     else:
         why = "the message lacks " + (", ".join(msg.missing) or "the figures a kind needs")
     return _result("unknown", "too_few_figures",

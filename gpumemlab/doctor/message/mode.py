@@ -110,7 +110,8 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     if m.missing:
         notes.append(f"partial message: read {', '.join(m.read) or 'no figure'}; could not "
                      f"read {', '.join(m.missing)} (left null)")
-    others = sum(x.bytes for x in m.other_processes.values()) if m.other_processes else None
+    # the Process line that is this very process (inside a container) is not another process
+    others = f["others"]
     # "outside PyTorch" has one meaning everywhere (docs/DOCTOR.md): total - free - reserved,
     # all the card's memory that this process's caching allocator does not hold
     non_pytorch = f["outside"]

@@ -165,7 +165,8 @@ def _fixes(kind, decision, f, msg, platform):
         left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
                         f"the native caching allocator does)")
     if kind == "unknown":
-        return [], left_out
+        # a platform's own limit still applies to a request over it (an Intel GPU's 4 GiB)
+        return [x for x in platform.fixes(msg, R) if x.name == "per_allocation_limit"], left_out
     if platform.has("mps"):
         return _mps(kind, decision, f), ["CUDA allocator settings (PYTORCH_CUDA_ALLOC_CONF): "
                                          "MPS has its own allocator and reads none of them"]

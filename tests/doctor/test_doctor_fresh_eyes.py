@@ -1,0 +1,41 @@
+"""Pastes written in the shape of real ones (torchrun ranks in a container, a vLLM worker, an
+Intel XPU request over 4 GiB) that read wrongly in a fresh-eyes run of ``gpumemlab doctor``."""
+from gpumemlab.doctor.message.mode import diagnose_message
+
+GiB = 1 << 30
+
+RANKS = ("[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 "
+         "has a total capacity of 79.15 GiB of which 1.31 GiB is free. Process 2871 has 19.20 GiB "
+         "memory in use. Process 2872 has 19.20 GiB memory in use. Process 2873 has 19.20 GiB "
+         "memory in use. Process 2874 has 20.22 GiB memory in use. Of the allocated memory 17.41 "
+         "GiB is allocated by PyTorch, and 1.06 GiB is reserved by PyTorch but unallocated.")
+VLLM_WORKER = ("ERROR 05-12 09:14:09 [core.py:396] torch.OutOfMemoryError: CUDA out of memory. "
+               "Tried to allocate 2.32 GiB. GPU 0 has a total capacity of 23.58 GiB of which 1.12 "
+               "GiB is free. Process 3812 has 22.45 GiB memory in use. Of the allocated memory "
+               "21.80 GiB is allocated by PyTorch, and 117.36 MiB is reserved by PyTorch but "
+               "unallocated.")
+XPU_BIG = ("RuntimeError: XPU out of memory. Tried to allocate 4.50 GiB. GPU 0 has a total capacity "
+           "of 15.11 GiB. Of the allocated memory 9.80 GiB is allocated by PyTorch, and 512.00 MiB "
+           "is reserved by PyTorch but unallocated. Please use `empty_cache` to release all "
+           "unoccupied cached memory.")
+
+
+def test_the_other_processes_figure_leaves_out_this_very_process():
+    d = diagnose_message(RANKS)
+    assert d.details["this_process_pid"] == 2871
+    assert d.other_processes_bytes == round(19.20 * GiB) * 2 + round(20.22 * GiB)
+    assert "58.62 GiB" in d.summary and "other processes 58.62 GiB" in str(d)
+    d = diagnose_message(VLLM_WORKER)
+    assert d.details["this_process_pid"] == 3812
+    assert d.other_processes_bytes is None and "other processes" not in str(d).split(
+        "figures:", 1)[1].splitlines()[0]
+    assert d.kind == "exhaustion"
+
+
+def test_an_xpu_request_over_4_gib_names_the_per_allocation_limit():
+    d = diagnose_message(XPU_BIG)
+    assert d.kind == "unknown" and "no free-memory figure" in d.summary
+    assert [f.name for f in d.fixes] == ["per_allocation_limit"]
+    # under 4 GiB there is nothing the platform adds
+    small = diagnose_message(XPU_BIG.replace("4.50 GiB.", "3.50 GiB."))
+    assert small.fixes == []
