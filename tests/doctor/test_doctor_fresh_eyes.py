@@ -39,3 +39,18 @@ def test_an_xpu_request_over_4_gib_names_the_per_allocation_limit():
     # under 4 GiB there is nothing the platform adds
     small = diagnose_message(XPU_BIG.replace("4.50 GiB.", "3.50 GiB."))
     assert small.fixes == []
+
+
+# the 1.4-2.0 form (its hint names max_split_size_mb, so 1.10-2.0), with full-width punctuation
+OLD_FORM = ("RuntimeError\uff1aCUDA out of memory\uff0eTried to allocate 128.00 MiB (GPU 0; 3.82 GiB "
+            "total capacity; 2.37 GiB already allocated; 37.62 MiB free; 2.55 GiB reserved in "
+            "total by PyTorch) If reserved memory is >> allocated memory try setting "
+            "max_split_size_mb to avoid fragmentation.")
+
+
+def test_a_release_without_expandable_segments_gets_its_own_setting_first():
+    d = diagnose_message(OLD_FORM)
+    assert d.kind == "fragmentation"
+    names = [f.name for f in d.fixes]
+    assert names.index("max_split_size_mb") < names.index("expandable_segments")
+    assert "upgrade first" in d.fixes[names.index("expandable_segments")].why

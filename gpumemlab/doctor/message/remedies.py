@@ -210,6 +210,9 @@ def _fixes(kind, decision, f, msg, platform):
                 left_out.append(f"max_split_size_mb: {why_not}")
             else:
                 settings.append(_max_split(platform, R))
+    if msg.form in ("1.0-1.3", "1.4-2.0"):
+        # that release has no expandable segments: what it has comes first
+        settings.sort(key=lambda x: x.name == "expandable_segments")
     not_empty = Fix("not_empty_cache",
                     "empty_cache() would not help: before raising, the allocator already "
                     "released every cached segment that was wholly free and retried; what stays "
