@@ -1,7 +1,7 @@
 """The figures other frameworks' memory errors print, read and put into words: JAX/XLA's request in
 bytes and BufferAssignment totals, TensorFlow's tensor shape and dtype (its size computed),
 vLLM's KV-cache budget (tokens, GiB needed against GiB available, the free memory at start-up
-against gpu_memory_utilization), llama.cpp's buffer size and device, TGI's token count.
+against gpu_memory_utilization), llama.cpp's buffer size and device, TGI's token count, a pinned host buffer's size.
 
 Each pattern runs on the paste with whitespace removed (log wraps split words and numbers), and
 starts with a literal, so the scan is linear in the paste. :func:`read` returns the figures (name
@@ -37,7 +37,9 @@ def _s(n):
 
 
 _JAX_REQUEST = re.compile(r"(?:tryingtoallocate|Outofmemoryallocating)(\d+)bytes", re.I)
-_JAX_BFC = re.compile(r"ranoutofmemorytryingtoallocate" + _SZ.replace(r"\s?", ""))
+_JAX_BFC = re.compile(r"ranoutofmemorytryingtoallocate" + _SZ.replace(r"\s?", "")
+                      + r"(?:\(roundedto(\d+)\))?")
+_JAX_ASYNC = re.compile(r"cuMemAlloc(?:Async)?failedtoallocate(\d+)bytes")
 _JAX_TOTAL = re.compile(r"totalallocation:(\d+(?:\.\d+)?)(TiB|GiB|MiB|KiB|B)")
 _JAX_CUDA = re.compile(r"Freememory/Totalmemory:(\d+)/(\d+)")
 _TF_SHAPE = re.compile(r"OOMwhenallocatingtensorwithshape\[([\d,]*)\](?:andtype(\w+?)on)?")
@@ -54,6 +56,7 @@ _VLLM_STARTUP = re.compile(r"Freememoryondevice(?:cuda:\d+)?\((\d+(?:\.\d+)?)/(\
                            r",(\d+(?:\.\d+)?)GiB\)", re.I)   # titles quote it in lower case
 _LLAMA = re.compile(r"allocating(\d+(?:\.\d+)?)MiBondevice(\d+):cudaMallocfailed")
 _LLAMA_SIZE = re.compile(r"failedtoallocate(CUDA|ROCm|Vulkan|Metal)(\d+)bufferofsize(\d+)")
+_HOST = re.compile(r"(?:failedtoalloc(\d+)bytesonhost|pinnedhostmemoryofsize:(\d+))")
 _TGI = re.compile(r"Notenoughmemorytohandle(\d+)(totaltokens|prefilltokens)")
 
 
@@ -76,9 +79,15 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
                         f"buffer")
         m = last(_JAX_BFC)
         if m and "requested_bytes" not in fig:
-            fig["requested_bytes"] = _b(m.group(1), m.group(2))
+            exact = m.group(3)
+            fig["requested_bytes"] = int(exact) if exact else _b(m.group(1), m.group(2))
             says.append(f"XLA's BFC pool ran out trying to allocate {m.group(1)} "
-                        f"{m.group(2) or 'bytes'}")
+                        f"{m.group(2) or 'bytes'}" + (f" (rounded to {exact} bytes)" if exact else ""))
+        m = last(_JAX_ASYNC)
+        if m and "requested_bytes" not in fig:
+            fig["requested_bytes"] = int(m.group(1))
+            says.append(f"XLA's cudaMallocAsync allocator asked CUDA for "
+                        f"{_s(int(m.group(1)))} at once")
         m = last(_JAX_TOTAL)
         if m:
             fig["program_bytes"] = _b(m.group(1), m.group(2))
@@ -161,6 +170,12 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             fig["device"] = int(m.group(2))
             says.append(f"llama.cpp could not allocate a {_s(int(m.group(3)))} {m.group(1)} "
                         f"buffer on device {m.group(2)}")
+    elif framework == "host_pinned":
+        m = last(_HOST)
+        if m:
+            n = int(m.group(1) or m.group(2))
+            fig["requested_bytes"] = n
+            says.append(f"{_s(n)} of pinned host memory was asked for at once")
     elif framework == "tgi":
         m = last(_TGI)
         if m:
