@@ -54,3 +54,19 @@ def test_a_release_without_expandable_segments_gets_its_own_setting_first():
     names = [f.name for f in d.fixes]
     assert names.index("max_split_size_mb") < names.index("expandable_segments")
     assert "upgrade first" in d.fixes[names.index("expandable_segments")].why
+
+
+# a 4 GiB laptop card on Windows (the shape of stable-diffusion-webui pastes): 1.24 GiB outside
+WINDOWS_SMALL = ("  File \"D:\\stable-diffusion-webui\\venv\\lib\\site-packages\\torch\\nn\\modules\\"
+                 "conv.py\", line 456, in _conv_forward\ntorch.cuda.OutOfMemoryError: CUDA out of "
+                 "memory. Tried to allocate 640.00 MiB. GPU 0 has a total capacity of 4.00 GiB of "
+                 "which 0 bytes is free. Of the allocated memory 2.61 GiB is allocated by PyTorch, "
+                 "and 151.21 MiB is reserved by PyTorch but unallocated.")
+
+
+def test_memory_outside_pytorch_on_windows_names_the_desktop():
+    d = diagnose_message(WINDOWS_SMALL)
+    assert d.details["platform"] == ["windows"] and d.kind == "outside_pytorch"
+    assert "windows_desktop_memory" in [f.name for f in d.fixes]
+    linux = diagnose_message(WINDOWS_SMALL.split("\n", 1)[1])
+    assert "windows_desktop_memory" not in [f.name for f in linux.fixes]

@@ -64,6 +64,10 @@ class PlatformKind:
         """What to know before trying ``setting`` here, when :meth:`supports` says "maybe"."""
         return None
 
+    def outside_fixes(self, msg) -> list:
+        """This platform's fixes for memory held outside PyTorch (who else holds the card)."""
+        return []
+
 
 class Windows(PlatformKind):
     name, what = "windows", "a Windows path or name"
@@ -81,6 +85,13 @@ class Windows(PlatformKind):
                     how="close other GPU programs (browsers, games, other UIs); in the NVIDIA "
                         "Control Panel set 'CUDA - Sysmem Fallback Policy' to suit (prefer no "
                         "fallback to fail fast, or allow it to run slower); update the driver")]
+
+    def outside_fixes(self, msg):
+        return [Fix("windows_desktop_memory",
+                    "on Windows the desktop (dwm.exe), browsers and other apps hold GPU memory "
+                    "that the message does not list as processes",
+                    how="Task Manager > Performance > GPU > 'Dedicated GPU memory' per process, "
+                        "or nvidia-smi; close the GPU-accelerated apps before the run")]
 
 
 class WSL(PlatformKind):
@@ -231,6 +242,10 @@ class Platform:
         """The first platform found that has no expandable segments, or None."""
         return next((k.name for k in self.kinds if k.supports("expandable_segments") == "no"),
                     None)
+
+    def outside_fixes(self, msg) -> list:
+        """Every found platform's fixes for memory held outside PyTorch."""
+        return [f for k in self.kinds for f in k.outside_fixes(msg)]
 
     def caveats(self, setting: str) -> list:
         """Each found platform's caveat for ``setting`` (see :meth:`PlatformKind.caveat`)."""

@@ -143,6 +143,7 @@ def _outside_fixes(f, msg, platform):
                        how="nvidia-smi --query-compute-apps=pid,used_memory shows who holds it; "
                            "torch.cuda.mem_get_info() before the model loads shows what is left "
                            "for this process"))
+    out.extend(platform.outside_fixes(msg))
     if pids:
         out.append(Fix("share_the_card", "several processes share the card: cap each so they fit "
                        "together (the fraction is of the whole card, per process)",
