@@ -120,8 +120,11 @@ def test_the_figures_are_the_ones_printed():
     assert list(m.other_processes) == [12447] and m.hint == "expandable_segments"
     assert m.requested.text == "1.22 GiB" and m.requested.precision_bytes == GiB // 200
     d = gml.doctor(message=FORMS["2.x processes"])
-    # non-PyTorch memory of this process = P - reserved (A + U)
-    assert d.non_pytorch_bytes == m.this_process.bytes - (m.allocated.bytes + m.unallocated.bytes)
+    # outside PyTorch has one meaning: total - free - reserved; this process's own part of it
+    # (P - reserved: its context and libraries) is a separate detail
+    reserved = m.allocated.bytes + m.unallocated.bytes
+    assert d.non_pytorch_bytes == m.total.bytes - m.free.bytes - reserved
+    assert d.details["this_process_outside_allocator_bytes"] == m.this_process.bytes - reserved
     assert d.other_processes_bytes == m.other_processes[12447].bytes
     m = parse_message(FORMS["1.0 cached"])
     close(m.unallocated, 120 * MiB)            # reserved minus allocated, as 1.0-1.3 printed it
