@@ -131,7 +131,7 @@ def test_source_round_trips_through_the_notebook(name):
 
 # ---- lessons as experiments (issue 10): predict before reveal, an exercise, hidden checks
 LESSONS = [n for n in CURRICULUM if n[:2] != "00"]
-CONVERTED = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14"}   # lessons already built as experiments; grows lesson by lesson
+CONVERTED = {"01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12", "13", "14", "15"}   # lessons already built as experiments; grows lesson by lesson
 WHATIF_LESSONS = {"05", "06", "07", "09"}
 _PREDICT = re.compile(r"""gml\.predict\(\s*["'](\d\d\.p\d+)["']""")
 _REVEAL = re.compile(r"""gml\.reveal\(\s*["'](\d\d\.p\d+)["']""")

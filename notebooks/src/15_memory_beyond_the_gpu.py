@@ -168,6 +168,7 @@ gml.reveal("15.p3", together)
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert together == 64 * MiB + 100 * MiB
 
+
 # %% [markdown]
 # Derive the rule from the model: requests on both sides of the threshold, pinned with and
 # without it.
