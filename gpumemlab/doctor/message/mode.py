@@ -20,6 +20,7 @@ from . import NotAnOOMMessage, OOMMessage, parse_message
 from .remedies import fixes as fit_fixes
 from .kind import decide, split_processes
 from .foreign import identify
+from .host_path import diagnose_host_path
 from .text import clean, squash
 from .platform import detect
 from .sanity import check
@@ -75,6 +76,9 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     """Parse ``text`` (see :func:`parse_message`) and diagnose the OOM it reports; a text that
     holds another framework's or a serving engine's memory error instead (or only a bare "CUDA
     error: out of memory" beside one) is named (:mod:`~gpumemlab.doctor.message.foreign`)."""
+    host = diagnose_host_path(text, source=source)   # pinned host memory (message/host_path.py)
+    if host is not None:
+        return host
     try:
         m = parse_message(text)
     except NotAnOOMMessage:
