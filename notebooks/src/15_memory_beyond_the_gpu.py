@@ -179,11 +179,9 @@ def pinned_for(nbytes, alloc_conf):
     return s.pin(nbytes).size
 
 around = [63 * MiB, 64 * MiB, 64 * MiB + 1, 65 * MiB, 100 * MiB]
-print(f"{'request':>16} {'default':>12} {conf:>34}")
-for n in around:
-    print(f"{n:>16,} {fmt(pinned_for(n, '')):>12} {fmt(pinned_for(n, conf)):>34}")
-print(f"{lesson.REQUEST_15:>16,} {fmt(pinned_for(lesson.REQUEST_15, '')):>12} "
-      f"{fmt(pinned_for(lesson.REQUEST_15, conf)):>34}")
+print(f"{'request (bytes)':>16} {'pinned, default':>16} {'pinned, ' + conf:>42}")
+for n in around + [lesson.REQUEST_15]:
+    print(f"{n:>16,} {pinned_for(n, ''):>16,} {pinned_for(n, conf):>42,}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert pinned_for(64 * MiB, conf) == 64 * MiB and pinned_for(64 * MiB + 1, conf) == 64 * MiB + 1
@@ -192,7 +190,8 @@ assert pinned_for(lesson.REQUEST_15, conf) == lesson.REQUEST_15
 
 # %% [markdown]
 # The rule, as the table shows it: a request **at most** the threshold is still rounded up to a
-# power of two; a request **above** it is pinned at its exact size (the 64 MiB + 1 byte row).
+# power of two; a request **above** it is pinned at its exact size (the third row: 64 MiB and
+# one byte).
 # So the threshold caps the waste of big buffers and keeps small ones in their reusable buckets.
 # Over many request sizes (every size from 1 MiB to 120 MiB, in steps of 7 MiB):
 
