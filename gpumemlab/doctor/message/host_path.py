@@ -6,12 +6,13 @@ PyTorch prints no OOM message of its own for the host: ``C10_CUDA_CHECK`` around
 raises ``RuntimeError: CUDA error: out of memory`` (or ``invalid argument`` when the driver refuses
 the size), with no retry and without giving back its cached blocks first. Where it surfaces says
 that it was the host: ``torch.empty(..., pin_memory=True)``, ``tensor.pin_memory()``, a
-DataLoader's ``Caught RuntimeError in pin memory thread for device 0`` with ``pin_memory.py`` in
-the traceback, ``cudaHostAlloc`` or ``CachingHostAllocator`` named; or the Linux OOM killer
-(``Killed``, ``Out of memory: Killed process``) after a program pinned memory, since pinned pages
-cannot be swapped out. The diagnosis names the host, the rounding the allocator adds (each
-request up to a power of two, :func:`~gpumemlab.allocator.host.explain_host_oom`, computed for
-the size the text prints when it prints one) and the settings that cap it.
+DataLoader's ``Caught RuntimeError in pin memory thread for device 0`` with torch's
+``utils/data/_utils/pin_memory`` module in the traceback, ``cudaHostAlloc`` or
+``CachingHostAllocator`` named; or the Linux OOM killer (``Killed``, ``Out of memory: Killed
+process``) after a program pinned memory, since pinned pages cannot be swapped out. The
+diagnosis names the host, the rounding the allocator adds (each request up to a power of two,
+:func:`~gpumemlab.allocator.host.explain_host_oom`, computed for the size the text prints when it
+prints one) and the settings that cap it.
 """
 from __future__ import annotations
 
