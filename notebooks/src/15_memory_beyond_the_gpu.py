@@ -210,12 +210,30 @@ print(f"with the threshold, the largest waste of one request: {fmt(worst)} "
 assert sum(pinned_for(n, conf) for n in sizes) < sum(pinned_for(n, "") for n in sizes)
 assert worst < lesson.THRESHOLD_15 * MiB // 2
 
+
 # %% [markdown]
-# The cost of a low threshold: an unrounded block can be reused only by a request no larger
-# than itself, so varying sizes above the threshold pin fresh blocks (a `cudaHostAlloc` call each,
-# counted in `host_memory_stats()['num_host_alloc']`) instead of sharing one. `pinned_max_cached_size_mb` is the other cap: blocks
-# above it are not rounded and not cached either.
-#
+# `pinned_max_cached_size_mb` is the other cap: a block above it is neither rounded nor cached,
+# so freeing it unpins it at once, and the next pin pays a `cudaHostAlloc` again. Four buffers of
+# 70 to 73 MiB, each pinned and freed in turn:
+
+# %%
+def pin_and_free(sizes, alloc_conf):
+    s = gml.SimulatedGPU("8GiB", alloc_conf=alloc_conf, record_history=False)
+    for n in sizes:
+        s.pin(n).free()
+    return s.host_memory_stats()["num_host_alloc"], s.host_pinned_bytes()
+
+growing = [70 * MiB, 71 * MiB, 72 * MiB, 73 * MiB]
+for c in ("", "pinned_max_cached_size_mb:64"):
+    calls, left = pin_and_free(growing, c)
+    print(f"{c or 'default':>28}: {calls} cudaHostAlloc call(s), {fmt(left)} still pinned after "
+          "the last free")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pin_and_free(growing, "") == (1, 128 * MiB)
+assert pin_and_free(growing, "pinned_max_cached_size_mb:64") == (len(growing), 0)
+
+# %% [markdown]
 # ## 4 · Offload or recompute, on a card that is too small
 #
 # A step of the kit's model: weights of 512 MiB, 8 layers, each saving a 24 MiB activation for
