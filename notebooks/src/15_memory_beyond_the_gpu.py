@@ -144,7 +144,29 @@ assert after["cached_free_bytes"] == 8 * MiB and sim.host_pinned_bytes() == 8 * 
 
 # %% [markdown]
 # Cached pinned blocks stay pinned: the host allocator never gives them back on its own, not even
-# when a later `cudaHostAlloc` fails. `torch._C._host_emptyCache()` is the only way back.
+# when a later `cudaHostAlloc` fails. On a host that can pin 80 MiB, a 32 MiB buffer is pinned and
+# freed (its block stays cached), then a 48 MiB one is asked for:
+
+# %%
+from gpumemlab.devices.host_api import HostOutOfMemoryError
+sim = gml.SimulatedGPU("8GiB", alloc_conf="", host_memory="80MiB")
+sim.pin(32 * MiB).free()
+try:
+    sim.pin(48 * MiB)
+    failed = None
+except HostOutOfMemoryError as exc:
+    failed = exc
+print(f"the 48 MiB pin: {failed or 'fitted'}")
+print(f"still pinned after the failure: {fmt(sim.host_pinned_bytes())} (the cached block)")
+sim.host_empty_cache()                             # torch._C._host_emptyCache()
+retry = sim.pin(48 * MiB)
+print(f"after host_empty_cache(), the same pin: {fmt(retry.size)} pinned, "
+      f"{fmt(sim.host_pinned_bytes())} in all")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert failed is not None and retry.size == 64 * MiB and sim.host_pinned_bytes() == 64 * MiB
+
+# %% [markdown]
 #
 # ## 3 · Capping the rounding: `pinned_max_round_threshold_mb`
 #
@@ -269,10 +291,11 @@ assert off["host_peak_bytes"] == 8 * 32 * MiB
 assert off["device_peak_reserved_bytes"] < runs["checkpoint"]["device_peak_reserved_bytes"]
 
 # %% [markdown]
-# Both fit the card. Checkpointing pays in arithmetic (each layer's forward again, a third of the
-# layer work here) and keeps each layer's input on the card. Offload pays in copies over the link
-# and in pinned host memory, rounded like any pinned request (one activation's block below).
-# With the threshold below the activation size the same step pins only what it moves:
+# Both fit the card. Checkpointing pays in arithmetic (each layer's forward again: a third of
+# the layer work, with backward at twice a forward as the kit's model counts it) and keeps each
+# layer's input on the card. Offload pays in copies over the link and in pinned host memory,
+# rounded like any pinned request (one activation's block below). With the threshold below the
+# activation size the same step pins only what it moves:
 
 # %%
 print(f"one activation: {fmt(lesson.STEP_15['act_bytes'])} requested, "
