@@ -256,6 +256,20 @@ assert pin_and_free(growing, "") == (1, 128 * MiB)
 assert pin_and_free(growing, "pinned_max_cached_size_mb:64") == (len(growing), 0)
 
 # %% [markdown]
+# The doctor reads a failed pin as a host failure, with the rounding and a threshold below the
+# request (the 48 MiB pin of section 2's end):
+
+# %%
+diagnosis = gml.doctor(failed)
+print(diagnosis.summary)
+threshold_fix = next(f for f in diagnosis.fixes if f.name == "pinned_max_round_threshold_mb")
+print(f"its first fix: {threshold_fix.how}; under it the 48 MiB request pins "
+      f"{fmt(pinned_for(48 * MiB, threshold_fix.alloc_conf))}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pinned_for(48 * MiB, threshold_fix.alloc_conf) == 48 * MiB
+
+# %% [markdown]
 # ## 4 · Offload or recompute, on a card that is too small
 #
 # A step of the kit's model: weights of 512 MiB, 8 layers, each saving a 24 MiB activation for

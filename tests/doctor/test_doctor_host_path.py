@@ -30,6 +30,14 @@ def test_a_failed_pin_is_named_with_the_rounding_the_allocator_added():
     assert any(f.alloc_conf == "pinned_max_round_threshold_mb:64" for f in d.fixes)
 
 
+def test_the_threshold_it_gives_pins_the_request_exactly():
+    # a 48 MiB request: a threshold of 64 would still round it, so the fix must be below it
+    d = diagnose_message(_host_oom_text(48 << 20, "48MiB"))
+    conf = next(f.alloc_conf for f in d.fixes if f.name == "pinned_max_round_threshold_mb")
+    assert SimulatedGPU("8GiB", alloc_conf=conf).pin(d.requested_bytes).size == 48 << 20
+    assert d.details["host"]["rounding_waste"] == 16 << 20
+
+
 def test_the_oom_killer_after_pinning_is_named():
     text = ("train.py: DataLoader(ds, num_workers=8, pin_memory=True)\n"
             "[12345.678] Out of memory: Killed process 4242 (python) total-vm:98765432kB")

@@ -85,11 +85,14 @@ def diagnose_host_path(text: str, *, source: str = "message") -> Diagnosis | Non
     if requested is not None:
         evidence.append(f"a pinned request of {format_size(requested)} asked "
                         f"{format_size(facts['block_size'])} of cudaHostAlloc")
+    # a threshold below the request (so that it is pinned exactly), at most 64 MiB so that small
+    # staging buffers keep their power-of-two buckets
+    mb = 64 if requested is None else max(1, min(64, (requested - 1) >> 20))
+    conf = f"pinned_max_round_threshold_mb:{mb}"
     fixes = [
         Fix("pinned_max_round_threshold_mb", "requests above the threshold are pinned at their "
             "exact size instead of the next power of two (PyTorch 2.13+); smaller ones keep their "
-            "reusable buckets", how="PYTORCH_ALLOC_CONF=pinned_max_round_threshold_mb:64",
-            alloc_conf="pinned_max_round_threshold_mb:64"),
+            "reusable buckets", how=f"PYTORCH_ALLOC_CONF={conf}", alloc_conf=conf),
         Fix("host_empty_cache", "freed pinned blocks stay cached and pinned: the host allocator "
             "never gives them back by itself, not even when a cudaHostAlloc fails",
             how="torch._C._host_emptyCache() before a big pin; or cap the cache with "
