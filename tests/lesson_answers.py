@@ -132,3 +132,15 @@ def _cheapest_levers_14():
 
 
 RIGHT["14.ex"] = _cheapest_levers_14
+
+
+def _largest_threshold_15():
+    # the largest threshold that fits, found by walking down from the activation's size in MiB
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15, offload_fits_host
+    t = -(-EX_STEP_15["act_bytes"] // MiB)
+    while offload_fits_host(t)["oom"] is not None:
+        t -= 1
+    return t
+
+
+RIGHT["15.ex"] = _largest_threshold_15

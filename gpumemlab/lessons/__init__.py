@@ -9,7 +9,7 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
   real torch loops ``growth_cases``), ``pools_and_graphs`` (11),
   ``streams`` (12), ``serving_memory`` (13), ``will_it_fit`` (14: its
   exercise, judged by the planner, and its questions; the planner itself is
-  ``gpumemlab.planner``);
+  ``gpumemlab.planner``), ``memory_beyond_the_gpu`` (15: pinned host memory and offload);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
@@ -28,7 +28,8 @@ from __future__ import annotations
 from gpumemlab.quizkit import exercise, predict, reveal
 from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
 from . import (activations, allocator_settings, diagnose_your_run,  # noqa: F401
-               empty_cache, expandable_segments, fragmentation, memory_that_grows,
+               empty_cache, expandable_segments, fragmentation, memory_beyond_the_gpu,
+               memory_that_grows,
                paged_kv_cache, pools_and_graphs, reading_the_evidence, serving_memory,
                streams, why_a_cache, will_it_fit)
 

@@ -35,6 +35,7 @@ from .paged_kv_cache import kv_contiguous, kv_paged
 from .pools_and_graphs import graph_capture_order
 from .serving_memory import graph_pool_outputs
 from .streams import record_stream_pending
+from .memory_beyond_the_gpu import offload_activations
 
 __all__ = ["Scenario", "SCENARIOS", "DEFAULT_BUDGET", "by_name", "run_simulated", "run_on_cuda",
            "selftest", "exit_status"]
@@ -152,6 +153,9 @@ SCENARIOS = [
                                    and r.notes["reused_after_sync"])),
     Scenario("graph_pool_outputs", "13", graph_pool_outputs, expect_oom=False,
              check=_kept_outputs_grow_the_pool),
+    Scenario("offload_activations", "15", offload_activations, expect_oom=False,
+             check=lambda r: _want("an offloaded activation left more than one on the device",
+                                   len({s["reserved"] for s in r.steps}) == 1)),
 ]
 
 

@@ -21,6 +21,7 @@ from .remedies import fixes as fit_fixes
 from .kind import decide, split_processes
 from .foreign import identify
 from .foreign_figures import read as read_foreign_figures
+from .host_path import diagnose_host_path
 from .text import clean, squash
 from .platform import detect
 from .sanity import check
@@ -76,6 +77,9 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     """Parse ``text`` (see :func:`parse_message`) and diagnose the OOM it reports; a text that
     holds another framework's or a serving engine's memory error instead (or only a bare "CUDA
     error: out of memory" beside one) is named (:mod:`~gpumemlab.doctor.message.foreign`)."""
+    host = diagnose_host_path(text, source=source)   # pinned host memory (message/host_path.py)
+    if host is not None:
+        return host
     try:
         m = parse_message(text)
     except NotAnOOMMessage:

@@ -1,0 +1,361 @@
+# %% [markdown]
+# # 15 · Memory beyond the GPU: pinned host memory and offload
+#
+# A GPU copies to and from the host fastest, and without blocking the CPU, when the host memory
+# is **pinned** (page-locked: the operating system may not move or swap it, so the card's copy
+# engine can read it directly). `torch.empty(..., pin_memory=True)`, a `DataLoader` with
+# `pin_memory=True`, `tensor.pin_memory()` and `torch.autograd.graph.save_on_cpu(pin_memory=True)`
+# all get it from one place: PyTorch's **caching host allocator** (`CachingHostAllocator`), which
+# pins with `cudaHostAlloc` and, like the device allocator, keeps freed blocks cached for reuse.
+#
+# Pinned memory is memory the rest of the machine cannot have. In 2026 a serving engine pinned a
+# staging buffer per GPU and found much more of the host gone than it asked for
+# (sgl-project/sglang#36562). This lesson runs the kit's model of that allocator (torch 2.13's
+# rules, `docs/ALLOCATOR.md`, "Pinned host memory") on the simulated card:
+#
+# 1. what one big pinned request really pins;
+# 2. a non-blocking copy and the host block it holds;
+# 3. the rounding setting, and the rule it follows;
+# 4. offloading activations to the host against checkpointing, on a card that is too small.
+
+# %%
+# Which device does this notebook run on?
+try:
+    import gpumemlab as gml
+except ImportError:  # a clone without `pip install -e .`: use the package next to notebooks/
+    import pathlib, sys
+    sys.path.insert(0, str(pathlib.Path.cwd().parent))
+    import gpumemlab as gml
+# %matplotlib inline
+gpu = gml.device()
+print(gpu.describe())
+print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
+from gpumemlab.lessons import memory_beyond_the_gpu as lesson
+GiB, MiB, fmt = gml.GiB, gml.MiB, gml.format_size
+
+# %% [markdown]
+# ## 1 · One big pinned buffer
+#
+# The engine asks for one pinned buffer of 20.4 GiB (its byte count is printed below), with the
+# default settings. How many bytes of host memory does the caching host allocator pin for it?
+
+# %%
+print(f"request: {lesson.REQUEST_15:,} bytes ({fmt(lesson.REQUEST_15)})")
+
+# %% tags=["predict"]
+gml.predict("15.p1", "How much host memory is pinned for the 20.4 GiB request?")
+
+# %%
+sim = gml.SimulatedGPU("80GiB", alloc_conf="")
+buf = sim.pin(lesson.REQUEST_15)          # torch.empty(n, dtype=torch.uint8, pin_memory=True)
+pinned = sim.host_pinned_bytes()
+stats = sim.host_memory_stats()
+print(f"pinned: {pinned:,} bytes ({fmt(pinned)}); cudaHostAlloc calls: {stats['num_host_alloc']}")
+print(f"unused by the request: {fmt(pinned - lesson.REQUEST_15)} "
+      f"({100 * (pinned - lesson.REQUEST_15) / pinned:.1f}% of the block)")
+print(f"on a node of 4 GPUs, one such buffer each: {fmt(4 * (pinned - lesson.REQUEST_15))} "
+      "pinned and never used")
+gml.reveal("15.p1", pinned)
+buf.free()
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pinned == 32 * GiB and stats["num_host_alloc"] == 1
+
+# %% [markdown]
+# The block is the request rounded **up to the next power of two** (`roundSize` in c10's
+# `CachingHostAllocator.h`, `c10::llvm::PowerOf2Ceil`). The reason is reuse: freed blocks are
+# kept in one free list per power of two, and a rounded block can serve any later request of its
+# bucket. For small staging buffers that is cheap; for one buffer of tens of GiB, up to half of
+# the block is never used and no other process can have it.
+#
+# ## 2 · A non-blocking copy holds its host block
+#
+# A 6 MiB pinned staging buffer is copied to the card with `non_blocking=True`; the CPU runs on
+# while the copy is queued on the stream. Then the staging buffer is freed, and the next batch
+# asks for a 6 MiB pinned buffer at once, before the stream has run its copy. Where does the
+# second buffer go: into the block just freed, or a block pinned for it?
+
+# %% tags=["predict"]
+gml.predict("15.p2", "The copy is still queued: where does the second staging buffer go?",
+            choices=["the freed block", "a new block"])
+
+# %%
+sim = gml.SimulatedGPU("8GiB", alloc_conf="", record_pinned_host_memory=True)
+staging = sim.pin(6 * MiB)
+on_card = sim.empty(6 * MiB)
+sim.copy_(on_card, staging, non_blocking=True)     # on_card.copy_(staging, non_blocking=True)
+first = staging.address
+staging.free()                                     # freed, but the copy has not run yet
+second = sim.pin(6 * MiB)
+reused = second.address == first
+print(f"first staging block at {first:#x}; the second at {second.address:#x}: "
+      f"{'the freed block' if reused else 'a new block'}")
+print(f"pinned now: {fmt(sim.host_pinned_bytes())}; cudaHostAlloc calls: "
+      f"{sim.host_memory_stats()['num_host_alloc']}")
+gml.reveal("15.p2", "the freed block" if reused else "a new block")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert not reused and sim.host_memory_stats()["num_host_alloc"] == 2
+
+# %% [markdown]
+# The copy recorded an **event** on the stream against the host block
+# (`CachingHostAllocator_recordEvent`, called by `copy_` for a non-blocking copy from pinned
+# memory). A freed block with events outstanding is not put on its free list until
+# `process_events` sees them complete, so the second request pinned another block. The host map
+# draws one row per free list (here the 8 MiB list: 6 MiB rounds up to 8 MiB) and splits its
+# bytes into what was asked for, rounding, blocks waiting for an event, and cached free blocks.
+
+# %%
+fig = gml.show(sim, host=True, title="before synchronize(): the first block awaits the copy")
+before = fig.gml_host
+fig
+
+# %%
+print(f"before synchronize(): awaiting an event {fmt(before['awaiting_event_bytes'])}, "
+      f"cached free {fmt(before['cached_free_bytes'])}, "
+      f"rounding {fmt(before['rounding_waste_bytes'])} of {fmt(before['pinned_bytes'])} pinned")
+
+# %% [markdown]
+# Once the stream has run its work (`synchronize()` here), the event is complete. The next
+# pinned request runs `process_events` first, finds the block on its free list and takes it.
+
+# %%
+sim.synchronize()
+third = sim.pin(6 * MiB)
+print(f"after synchronize(): the third buffer at {third.address:#x} "
+      f"({'the first block' if third.address == first else 'another block'}); cudaHostAlloc "
+      f"calls still {sim.host_memory_stats()['num_host_alloc']}")
+second.free()
+fig = gml.show(sim, host=True, title="after synchronize(): nothing awaits an event")
+after = fig.gml_host
+fig
+
+# %%
+print(f"after synchronize() and freeing the second: awaiting an event "
+      f"{fmt(after['awaiting_event_bytes'])}, cached free {fmt(after['cached_free_bytes'])}, "
+      f"still pinned {fmt(after['pinned_bytes'])}")
+sim.host_empty_cache()                             # torch._C._host_emptyCache()
+print(f"after host_empty_cache(): pinned {fmt(sim.host_pinned_bytes())} (the third buffer is live)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert third.address == first and sim.host_memory_stats()["num_host_alloc"] == 2
+assert before["awaiting_event_bytes"] == 8 * MiB and after["awaiting_event_bytes"] == 0
+assert after["cached_free_bytes"] == 8 * MiB and sim.host_pinned_bytes() == 8 * MiB
+
+# %% [markdown]
+# Cached pinned blocks stay pinned: the host allocator never gives them back on its own, not even
+# when a later `cudaHostAlloc` fails. On a host that can pin 80 MiB, a 32 MiB buffer is pinned and
+# freed (its block stays cached), then a 48 MiB one is asked for:
+
+# %%
+from gpumemlab.devices.host_api import HostOutOfMemoryError
+sim = gml.SimulatedGPU("8GiB", alloc_conf="", host_memory="80MiB")
+sim.pin(32 * MiB).free()
+try:
+    sim.pin(48 * MiB)
+    failed = None
+except HostOutOfMemoryError as exc:
+    failed = exc
+print(f"the 48 MiB pin: {failed or 'fitted'}")
+print(f"still pinned after the failure: {fmt(sim.host_pinned_bytes())} (the cached block)")
+sim.host_empty_cache()                             # torch._C._host_emptyCache()
+retry = sim.pin(48 * MiB)
+print(f"after host_empty_cache(), the same pin: {fmt(retry.size)} pinned, "
+      f"{fmt(sim.host_pinned_bytes())} in all")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert failed is not None and retry.size == 64 * MiB and sim.host_pinned_bytes() == 64 * MiB
+
+# %% [markdown]
+#
+# ## 3 · Capping the rounding: `pinned_max_round_threshold_mb`
+#
+# PyTorch 2.13 added a setting, `PYTORCH_ALLOC_CONF=pinned_max_round_threshold_mb:64`. With it set
+# to 64, a program pins two buffers, one of 40 MiB and one of 100 MiB. How much host memory do
+# the two pin together?
+
+# %% tags=["predict"]
+gml.predict("15.p3", "With the threshold at 64 MiB: pinned for the 40 MiB and 100 MiB buffers?")
+
+# %%
+conf = f"pinned_max_round_threshold_mb:{lesson.THRESHOLD_15}"
+sim = gml.SimulatedGPU("8GiB", alloc_conf=conf)
+bufs = [sim.pin(n) for n in lesson.SWEEP_15]
+for b in bufs:
+    print(f"{fmt(b.nbytes):>10} requested -> {fmt(b.size):>10} pinned")
+together = sim.host_pinned_bytes()
+print(f"together: {fmt(together)}")
+gml.reveal("15.p3", together)
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert together == 64 * MiB + 100 * MiB
+
+
+# %% [markdown]
+# Derive the rule from the model: requests on both sides of the threshold, pinned with and
+# without it.
+
+# %%
+def pinned_for(nbytes, alloc_conf):
+    s = gml.SimulatedGPU("8GiB", alloc_conf=alloc_conf, record_history=False)
+    return s.pin(nbytes).size
+
+around = [63 * MiB, 64 * MiB, 64 * MiB + 1, 65 * MiB, 100 * MiB]
+print(f"{'request (bytes)':>16} {'pinned, default':>16} {'pinned, ' + conf:>42}")
+for n in around + [lesson.REQUEST_15]:
+    print(f"{n:>16,} {pinned_for(n, ''):>16,} {pinned_for(n, conf):>42,}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pinned_for(64 * MiB, conf) == 64 * MiB and pinned_for(64 * MiB + 1, conf) == 64 * MiB + 1
+assert pinned_for(63 * MiB, conf) == 64 * MiB and pinned_for(65 * MiB, "") == 128 * MiB
+assert pinned_for(lesson.REQUEST_15, conf) == lesson.REQUEST_15
+
+# %% [markdown]
+# The rule, as the table shows it: a request **at most** the threshold is still rounded up to a
+# power of two; a request **above** it is pinned at its exact size (the third row: 64 MiB and
+# one byte).
+# So the threshold caps the waste of big buffers and keeps small ones in their reusable buckets.
+# Over many request sizes (every size from 1 MiB to 120 MiB, in steps of 7 MiB):
+
+# %%
+sizes = range(1 * MiB, 121 * MiB, 7 * MiB)
+for name, c in (("default", ""), (conf, conf)):
+    pinned_total = sum(pinned_for(n, c) for n in sizes)
+    waste = pinned_total - sum(sizes)
+    print(f"{name:>32}: pinned {fmt(pinned_total)} for {fmt(sum(sizes))} requested, "
+          f"rounding waste {fmt(waste)} ({100 * waste / pinned_total:.1f}%)")
+worst = max(pinned_for(n, conf) - n for n in sizes)
+print(f"with the threshold, the largest waste of one request: {fmt(worst)} "
+      f"(below {lesson.THRESHOLD_15} MiB, half a bucket at most)")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert sum(pinned_for(n, conf) for n in sizes) < sum(pinned_for(n, "") for n in sizes)
+assert worst < lesson.THRESHOLD_15 * MiB // 2
+
+
+# %% [markdown]
+# `pinned_max_cached_size_mb` is the other cap: a block above it is neither rounded nor cached,
+# so freeing it unpins it at once, and the next pin pays a `cudaHostAlloc` again. Four buffers of
+# 70 to 73 MiB, each pinned and freed in turn:
+
+# %%
+def pin_and_free(sizes, alloc_conf):
+    s = gml.SimulatedGPU("8GiB", alloc_conf=alloc_conf, record_history=False)
+    for n in sizes:
+        s.pin(n).free()
+    return s.host_memory_stats()["num_host_alloc"], s.host_pinned_bytes()
+
+growing = [70 * MiB, 71 * MiB, 72 * MiB, 73 * MiB]
+for c in ("", "pinned_max_cached_size_mb:64"):
+    calls, left = pin_and_free(growing, c)
+    print(f"{c or 'default':>28}: {calls} cudaHostAlloc call(s), {fmt(left)} still pinned after "
+          "the last free")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pin_and_free(growing, "") == (1, 128 * MiB)
+assert pin_and_free(growing, "pinned_max_cached_size_mb:64") == (len(growing), 0)
+
+# %% [markdown]
+# The doctor reads a failed pin as a host failure, with the rounding and a threshold below the
+# request (the 48 MiB pin of section 2's end):
+
+# %%
+diagnosis = gml.doctor(failed)
+print(diagnosis.summary)
+threshold_fix = next(f for f in diagnosis.fixes if f.name == "pinned_max_round_threshold_mb")
+print(f"its first fix: {threshold_fix.how}; under it the 48 MiB request pins "
+      f"{fmt(pinned_for(48 * MiB, threshold_fix.alloc_conf))}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert pinned_for(48 * MiB, threshold_fix.alloc_conf) == 48 * MiB
+
+# %% [markdown]
+# ## 4 · Offload or recompute, on a card that is too small
+#
+# A step of the kit's model: weights of 512 MiB, 8 layers, each saving a 24 MiB activation for
+# backward and passing a 3 MiB input on; the card has 640 MiB. Three ways to run it:
+# **keep** the activations on the card; **checkpoint** (keep only each layer's input and run the
+# layer again in backward); **offload** (`save_on_cpu(pin_memory=True)`: copy each activation to
+# a pinned host buffer in forward, and back in backward). At the peak of the offloaded step, how
+# much host memory is pinned?
+
+# %%
+print(lesson.STEP_15, "card", lesson.CARD_15)
+
+# %% tags=["predict"]
+gml.predict("15.p4", "Offloaded step: pinned host memory at its peak?")
+
+# %%
+runs = lesson.compare_15()
+from gpumemlab.planner.plan import LINKS
+print(f"{'mode':>10} {'device peak':>12} {'host pinned':>12} {'extra FLOPs':>12} "
+      f"{'moved':>10}  result")
+for mode, r in runs.items():
+    print(f"{mode:>10} {fmt(r['device_peak_reserved_bytes']):>12} {fmt(r['host_peak_bytes']):>12} "
+          f"{r['extra_compute']:>12.0%} {fmt(r['moved_bytes']):>10}  "
+          f"{'OOM' if r['oom'] else 'fits'}")
+off = runs["offload"]
+print("offload's copies at nominal bandwidth: " + ", ".join(
+    f"{1e3 * off['moved_bytes'] / bw:.1f} ms a step over {name}" for name, bw in LINKS.items()))
+gml.reveal("15.p4", off["host_peak_bytes"])
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert runs["keep"]["oom"] and not runs["checkpoint"]["oom"] and not off["oom"]
+assert off["host_peak_bytes"] == 8 * 32 * MiB
+assert off["device_peak_reserved_bytes"] < runs["checkpoint"]["device_peak_reserved_bytes"]
+
+# %% [markdown]
+# Both fit the card. Checkpointing pays in arithmetic (each layer's forward again: a third of
+# the layer work, with backward at twice a forward as the kit's model counts it) and keeps each
+# layer's input on the card. Offload pays in copies over the link and in pinned host memory,
+# rounded like any pinned request (one activation's block below). With the threshold below the
+# activation size the same step pins only what it moves:
+
+# %%
+print(f"one activation: {fmt(lesson.STEP_15['act_bytes'])} requested, "
+      f"{fmt(pinned_for(lesson.STEP_15['act_bytes'], ''))} pinned")
+capped = lesson.compare_15(alloc_conf="pinned_max_round_threshold_mb:16")["offload"]
+print(f"offload with pinned_max_round_threshold_mb:16: host pinned {fmt(capped['host_peak_bytes'])}"
+      f" (default rounding: {fmt(off['host_peak_bytes'])})")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["act_bytes"]
+
+# %% [markdown]
+# ## Exercise: the largest threshold that still fits the host
+#
+# A larger step offloads its activations to a host that can pin only so much. The rounding sends
+# it out of host memory; a threshold fixes that. Find the **largest** threshold that still fits:
+# the check runs the offloaded step on the simulated card under your threshold, and under one
+# MiB more.
+
+# %% tags=["exercise"]
+gml.exercise("15.ex")
+my_threshold = None          # change this: a whole number of MiB, such as 16
+gml.exercise.check("15.ex", my_threshold)
+
+# %% [markdown]
+# ## On your GPU: offloaded activations leave one on the card
+#
+# `gml.experiment` runs this lesson's experiment as a seeded scenario on a simulated card of
+# `gpu`'s size (the model's prediction) and, when `gpu` is a real CUDA card, measures the device
+# side there too (the activations made, offloaded and brought back one at a time), within
+# `gpu`'s memory budget. Without CUDA it says so in one line and shows the prediction alone.
+
+# %%
+print(gml.experiment("offload_activations", gpu))
+
+# %% [markdown]
+# ## What to take away
+#
+# * The caching host allocator rounds every pinned request up to a power of two by default: one
+#   big buffer can pin nearly twice its size.
+# * `pinned_max_round_threshold_mb` (PyTorch 2.13+) pins requests above it at their exact size;
+#   requests at or below it are still rounded.
+# * A pinned block used by a non-blocking copy is not reused until the copy's event completes;
+#   cached pinned blocks stay pinned until `torch._C._host_emptyCache()`.
+# * Offload trades device memory for copies and pinned host memory; checkpointing trades it for
+#   arithmetic. Count the host side with the rounding.
+
+# %%
+gml.quiz("15")

@@ -1,0 +1,62 @@
+"""The doctor on pinned host memory's failures (message/host_path.py): the kit's own host OOM
+(SimulatedGPU.pin raising as cudaHostAlloc does) read back with its rounding waste, the Linux OOM
+killer after pinning named, and texts that are not the host path left to the other readers."""
+from gpumemlab.allocator.host import explain_host_oom
+from gpumemlab.devices.simulated import SimulatedGPU
+from gpumemlab.doctor.message.mode import diagnose_message
+from gpumemlab.units import GiB, format_size
+
+
+def _host_oom_text(nbytes, host):
+    gpu = SimulatedGPU("8GiB", alloc_conf="", host_memory=host)
+    try:
+        gpu.pin(nbytes)
+    except RuntimeError as exc:
+        return ("  buffer = torch.empty(size, dtype=torch.uint8, pin_memory=True)\n"
+                f"RuntimeError: {exc}")
+    raise AssertionError("the pin fitted")
+
+
+def test_a_failed_pin_is_named_with_the_rounding_the_allocator_added():
+    request = int(20.4 * GiB)
+    d = diagnose_message(_host_oom_text(request, "24GiB"))
+    facts = explain_host_oom(request)
+    assert d.kind == "not_pytorch_allocator" and d.details["framework"] == "pytorch_pinned_host"
+    # the message prints the request to two decimals of GiB: read back within half of one
+    assert abs(d.requested_bytes - request) <= 0.005 * GiB
+    assert d.details["host"]["block_size"] == 32 * GiB == facts["block_size"]
+    assert d.details["host"]["rounding_waste"] == 32 * GiB - d.requested_bytes
+    assert format_size(facts["rounding_waste"]) in d.summary
+    assert any(f.alloc_conf == "pinned_max_round_threshold_mb:64" for f in d.fixes)
+
+
+def test_the_threshold_it_gives_pins_the_request_exactly():
+    # a 48 MiB request: a threshold of 64 would still round it, so the fix must be below it
+    d = diagnose_message(_host_oom_text(48 << 20, "48MiB"))
+    conf = next(f.alloc_conf for f in d.fixes if f.name == "pinned_max_round_threshold_mb")
+    assert SimulatedGPU("8GiB", alloc_conf=conf).pin(d.requested_bytes).size == 48 << 20
+    assert d.details["host"]["rounding_waste"] == 16 << 20
+
+
+def test_the_oom_killer_after_pinning_is_named():
+    text = ("train.py: DataLoader(ds, num_workers=8, pin_memory=True)\n"
+            "[12345.678] Out of memory: Killed process 4242 (python) total-vm:98765432kB")
+    d = diagnose_message(text)
+    assert d.details["framework"] == "pytorch_pinned_host"
+    assert "oom_killer" in d.details["failures"]
+    assert not d.details["host_requested_from_text"] and "cannot be swapped" in d.summary
+
+
+def test_a_device_oom_in_a_pinned_loader_is_still_the_device_allocators():
+    text = ("DataLoader(..., pin_memory=True)\ntorch.OutOfMemoryError: CUDA out of memory. Tried "
+            "to allocate 2.00 GiB. GPU 0 has a total capacity of 23.65 GiB of which 1.06 GiB is "
+            "free. Of the allocated memory 20.10 GiB is allocated by PyTorch, and 1.90 GiB is "
+            "reserved by PyTorch but unallocated.")
+    d = diagnose_message(text)
+    assert d.details.get("framework") is None and d.details["form"] == "2.1+"
+
+
+def test_tensorflows_pinned_host_error_stays_with_the_foreign_reader():
+    text = ("W tensorflow/core/common_runtime/device/device_host_allocator.h:46] could not "
+            "allocate pinned host memory of size: 34359738368")
+    assert diagnose_message(text).details["framework"] == "host_pinned"
