@@ -7,9 +7,9 @@ CUDA graph capture (``get_pool``, ``try_mempool_fallback``, ``release_cached_blo
 ``pools.py``. The other parts of
 c10's ``DeviceCachingAllocator`` are mixins, each declaring the attributes it uses: history
 (``record_trace``) in ``history.py``, streams and events (``record_stream``) in ``events.py``,
-releasing memory (``release_cached_blocks`` and friends) in ``release.py``, expandable segments
-in ``expandable_blocks.py``, snapshots in ``snapshot.py``, run-time settings in
-``runtime_settings.py``. The size rules (oversize blocks, splitting) are in ``fit.py``, and
+releasing memory (``release_available_cached_blocks``, ``release_blocks`` and friends) in
+``release.py``, expandable segments in ``expandable_blocks.py``, snapshots in ``snapshot.py``,
+run-time settings in ``runtime_settings.py``. The size rules (oversize blocks, splitting) are in ``fit.py``, and
 statistics are updated through ``stats.update_stat_array`` (c10 ``for_each_selected_stat_type``).
 
 The model is a pure state machine: no clock, no randomness, no I/O. Streams are integers
@@ -375,14 +375,6 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, PoolsMixi
     def reset_accumulated_stats(self) -> None:
         self.stats.reset_accumulated()
         self.private_pool_stats.reset_accumulated()
-
-    def cache_info(self) -> int:
-        """c10 ``cacheInfo``: the largest cached free block (0 if none), private pools too."""
-        largest = 0
-        for pool in self.all_block_pools():
-            for block in pool.blocks():
-                largest = max(largest, block.size)
-        return largest
 
     def check_invariants(self) -> None:
         check_invariants(self)

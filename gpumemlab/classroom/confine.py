@@ -16,7 +16,8 @@ a tmpfs are memory too. Two ways to bound them, chosen per machine (``plan``):
 
 The filter is a classic BPF program (``struct sock_filter`` records, as ``linux/filter.h`` and
 ``linux/seccomp.h`` define them) built here; it checks the architecture first, so a syscall
-number is never read under the wrong table.
+number is never read under the wrong table, and kills a process calling under a table it does not
+list; on a machine whose own table it does not list it is not built (``UnknownArchitecture``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from pathlib import Path
 # BPF opcodes (linux/bpf_common.h)
 _LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 _RET_ALLOW, _RET_EPERM = 0x7FFF0000, 0x00050000 | 1   # SECCOMP_RET_ALLOW, RET_ERRNO | EPERM
+_RET_KILL_PROCESS = 0x80000000                          # SECCOMP_RET_KILL_PROCESS
 _X32 = 0x40000000
 # AUDIT_ARCH_* -> syscall numbers denied: memfd_create, memfd_secret, shmget (+ i386's ipc)
 DENIED = {
@@ -42,9 +44,27 @@ def _insn(code, jt, jf, k) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def seccomp_program(denied=None) -> bytes:
-    """The filter: for a known architecture, EPERM for its denied numbers; else allow."""
+class UnknownArchitecture(RuntimeError):
+    """The machine's syscall table is not one the filter knows: it cannot deny anything there."""
+
+
+def seccomp_program(denied=None, machine=None) -> bytes:
+    """The filter: for a known architecture, EPERM for its denied numbers; a syscall made under
+    any other architecture's table kills the process (SECCOMP_RET_KILL_PROCESS), so no ABI the
+    filter does not list (32-bit ARM on an aarch64 kernel, say) slips past the bound.
+
+    Raises UnknownArchitecture where this machine (``os.uname().machine`` unless ``machine`` is
+    given) is none of DENIED's: there every syscall would be killed, or, before, allowed."""
     denied = DENIED if denied is None else denied
+    machine = os.uname().machine if machine is None else machine
+    # uname's names for DENIED's AUDIT_ARCH_* values
+    arch_of = {"x86_64": 0xC000003E, "amd64": 0xC000003E, "i386": 0x40000003, "i486": 0x40000003,
+               "i586": 0x40000003, "i686": 0x40000003, "aarch64": 0xC00000B7, "arm64": 0xC00000B7}
+    if arch_of.get(machine) not in denied:
+        raise UnknownArchitecture(
+            f"the sandbox's seccomp filter knows the memfd/shmget syscall numbers of x86_64, i386 "
+            f"and aarch64 only, not of this machine ({machine}): grading here cannot bound memory "
+            f"held outside the address-space limit")
     prog = [_insn(_LD_W_ABS, 0, 0, 4)]                   # seccomp_data.arch
     for arch, numbers in denied.items():
         body = [_insn(_LD_W_ABS, 0, 0, 0)]               # seccomp_data.nr
@@ -53,7 +73,7 @@ def seccomp_program(denied=None) -> bytes:
         body += [_insn(_RET_K, 0, 0, _RET_ALLOW), _insn(_RET_K, 0, 0, _RET_EPERM)]
         prog.append(_insn(_JEQ_K, 0, len(body), arch))
         prog += body
-    prog.append(_insn(_RET_K, 0, 0, _RET_ALLOW))
+    prog.append(_insn(_RET_K, 0, 0, _RET_KILL_PROCESS))   # an architecture not listed
     return b"".join(prog)
 
 

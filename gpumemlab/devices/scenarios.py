@@ -23,7 +23,8 @@ from gpumemlab.units import MiB
 
 from .errors import OutOfMemoryError
 
-__all__ = ["ScenarioRecord", "fragmentation_oom", "batch_growth", "train_step_like", "SCENARIOS"]
+__all__ = ["ScenarioRecord", "ScenarioRun", "device_chunk", "fragmentation_oom", "batch_growth",
+           "train_step_like", "SCENARIOS"]
 
 
 @dataclass
@@ -59,7 +60,7 @@ def _is_oom(exc) -> bool:
     return base is not None and isinstance(exc, base)
 
 
-class _Run:
+class ScenarioRun:
     """Holds a scenario's live allocations and writes its record."""
 
     def __init__(self, gpu, name):
@@ -155,7 +156,7 @@ def mib_round(n: int) -> int:
     return max(2 * MiB, n // (2 * MiB) * (2 * MiB))
 
 
-def _chunk(gpu, parts):
+def device_chunk(gpu, parts):
     """A large-pool size: capacity / parts, rounded down to 2 MiB (at least 12 MiB)."""
     return max(12 * MiB, (gpu.total_memory // parts) // K_ROUND_LARGE * K_ROUND_LARGE)
 
@@ -168,8 +169,8 @@ def fragmentation_oom(gpu, *, pieces: int = 14, release: bool = True) -> Scenari
     stays cached); ``pieces`` chunk tensors carved from that cached segment; every other one
     freed; then the request. ``notes`` holds chunk, hole and free figures.
     """
-    run = _Run(gpu, "fragmentation_oom")
-    chunk = _chunk(gpu, 16)
+    run = ScenarioRun(gpu, "fragmentation_oom")
+    chunk = device_chunk(gpu, 16)
     run.alloc("big", pieces * chunk, "one big tensor (its segment will be reused)")
     run.free("big", "free it: the segment stays cached")
     for i in range(pieces):
@@ -189,10 +190,10 @@ def batch_growth(gpu, *, start_batch: int = 1, max_steps: int = 40, seed: int = 
     sizes, a few MiB each), then a growing batch until the first OOM. Old and new activation
     sizes interleave, so the cache holds odd-sized free blocks when the OOM comes."""
     rng = random.Random(seed)
-    run = _Run(gpu, "batch_growth")
+    run = ScenarioRun(gpu, "batch_growth")
     unit = max(2 * MiB, gpu.total_memory // 256 // 512 * 512)
     layers = [rng.randint(1, 4) * unit + rng.randrange(0, unit, 512) for _ in range(6)]
-    weights = _chunk(gpu, 8)
+    weights = device_chunk(gpu, 8)
     run.alloc("weights", weights, "model weights")
     batch = start_batch
     for step in range(max_steps):
@@ -218,7 +219,7 @@ def train_step_like(gpu, *, steps: int = 3, layers: int = 8, seed: int = 0,
     once), backward gradients while activations are freed in reverse, optimizer state created on
     the first step (two per parameter, like Adam), gradients freed by zero_grad."""
     rng = random.Random(seed)
-    run = _Run(gpu, "train_step_like")
+    run = ScenarioRun(gpu, "train_step_like")
     scale = max(1, gpu.total_memory // (4 * 1024 * MiB))       # 1 per 4 GiB
     params = [rng.randint(1, 24) * MiB // 2 * scale + rng.randrange(0, 4096, 4) for _ in range(layers)]
     acts = [rng.randint(2, 40) * MiB // 4 * scale + rng.randrange(0, 4096, 4) for _ in range(layers)]

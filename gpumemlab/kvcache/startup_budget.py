@@ -102,11 +102,6 @@ class StartupBudget:
         """The card's use stays within ``total x gpu_memory_utilization``."""
         return self.fits and self.peak_used is not None and self.peak_used <= self.requested
 
-    @property
-    def graph_error(self) -> int | None:
-        """Estimate minus reserved: > 0 means the estimate took KV memory the pool never used."""
-        return None if self.graph_reserved is None else self.graph_estimate - self.graph_reserved
-
     def table(self) -> str:
         f = format_size
         rows = [

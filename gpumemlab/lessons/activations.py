@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from gpumemlab.devices.scenarios import _chunk, _Run
+from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.units import format_size, MiB
 from gpumemlab.quizkit.predict_rules import Misconception, question
@@ -71,11 +71,11 @@ def activations(gpu, *, checkpoint: bool = False, layers: int = 8, per_layer: in
     kept for backward, with it only the layer outputs are, and the internals are freed at once
     and recomputed layer by layer in backward. Backward frees them as the gradients pass."""
     rng = random.Random(seed)
-    run = _Run(gpu, "activations_checkpointed" if checkpoint else "activations")
+    run = ScenarioRun(gpu, "activations_checkpointed" if checkpoint else "activations")
     unit = gpu.total_memory // 24
     size = [[unit + rng.randrange(0, unit // 8, 512) for _ in range(per_layer + 1)]
             for _ in range(layers)]
-    run.alloc("w", _chunk(gpu, 16), "weights")
+    run.alloc("w", device_chunk(gpu, 16), "weights")
     if not _forward_backward(run, size, per_layer, checkpoint):
         for key in [k for k in run.live if k != "w"]:     # the OOM unwinds the step
             run.free(key, "the OOM ends the step: its tensors are freed")

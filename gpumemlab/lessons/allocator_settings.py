@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import re
 
-from gpumemlab.devices.scenarios import _Run, mib_round
+from gpumemlab.devices.scenarios import ScenarioRun, mib_round
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, alloc_conf_answer, exercise
 from gpumemlab.units import format_size, GiB, KiB, MiB
 from gpumemlab.quizkit.predict_rules import Misconception, question
@@ -94,7 +94,7 @@ def big_then_small(gpu, *, release: bool = True):
     request again. With defaults the small ones are carved from the cached block, which is then
     too short, and its segment cannot be released: OOM. ``max_split_size_mb`` of a third of
     the device (see ``max_split_conf``) keeps the big block whole."""
-    run = _Run(gpu, "big_then_small")
+    run = ScenarioRun(gpu, "big_then_small")
     big = mib_round(gpu.total_memory * 2 // 3)
     small = mib_round(gpu.total_memory // 30)
     run.alloc("big", big, "a big tensor")
@@ -114,7 +114,7 @@ def max_split_conf(total_memory: int) -> str:
 def growing(gpu, *, steps: int = 30, fraction: float = 0.5, release: bool = True):
     """Cap the device at ``fraction``; each step two tensors of a size that grows, freed at
     once (lesson 05's growing sequence length, scaled from its 8 GiB card)."""
-    run = _Run(gpu, "growing")
+    run = ScenarioRun(gpu, "growing")
     run.act(f"set_per_process_memory_fraction({fraction})", gpu.set_per_process_memory_fraction,
             fraction)
     scale = gpu.total_memory / (8 * 1024 * MiB)
@@ -132,7 +132,7 @@ def variable_lengths(gpu, *, count: int = 300, seed: int = 0, release: bool = Tr
     """``count`` tensors of a seeded sequence length each (64 to 2048 tokens of 1/131072 of the
     device, plus up to 4 KiB); after each, if more than six are alive, a random one is freed."""
     rng = random.Random(seed)
-    run = _Run(gpu, "variable_lengths")
+    run = ScenarioRun(gpu, "variable_lengths")
     per_token = max(4 * KiB, gpu.total_memory // (128 * 1024) // 512 * 512)
     alive = []
     for k in range(count):

@@ -5,7 +5,7 @@ holes, so the OOM stays).
 """
 from __future__ import annotations
 
-from gpumemlab.devices.scenarios import _chunk, _Run
+from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.units import GiB, MiB
 from gpumemlab.quizkit.predict_rules import Misconception, question
@@ -81,8 +81,8 @@ def empty_cache_story(gpu, *, release: bool = True):
     """Three freed tensors in three segments, then ``empty_cache()``; one live byte and
     ``empty_cache()``; a fragmented segment, ``empty_cache()`` and a request bigger than any
     hole. ``notes["reserved_after_empty_cache"]`` has reserved bytes after each call."""
-    run = _Run(gpu, "empty_cache_story")
-    chunk = _chunk(gpu, 16)
+    run = ScenarioRun(gpu, "empty_cache_story")
+    chunk = device_chunk(gpu, 16)
     after = []
     for i, n in enumerate((3 * chunk, 2 * chunk, 4 * MiB)):
         run.alloc(("whole", i), n, f"tensor {i} in a segment of its own")

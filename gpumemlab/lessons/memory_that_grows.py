@@ -258,10 +258,10 @@ def growing_loop(gpu, *, steps: int = 6, keep_outputs: bool = True, release: boo
     grows by one output, rounded to 512 bytes (c10 ``round_size``), every step, while the cached
     activations are reused. Without, the output dies too and the loop is steady after step 0.
     ``notes["allocated_after_step"]``: allocated bytes at the end of each step."""
-    from gpumemlab.devices.scenarios import _chunk, _Run
+    from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 
-    run = _Run(gpu, "growing_loop")
-    act, out = _chunk(gpu, 64), gpu.total_memory // 256 + 1000
+    run = ScenarioRun(gpu, "growing_loop")
+    act, out = device_chunk(gpu, 64), gpu.total_memory // 256 + 1000
     after = []
     for step in range(steps):
         for i in range(3):

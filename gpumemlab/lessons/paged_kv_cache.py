@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from gpumemlab.devices.scenarios import _Run, mib_round
+from gpumemlab.devices.scenarios import ScenarioRun, mib_round
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
@@ -77,7 +77,7 @@ def kv_contiguous(gpu, *, count: int = 60, seed: int = 0, release: bool = True):
     fit (an OOM), the oldest running one finishes and frees its buffer, and it is tried again.
     ``notes["max_running"]`` is the most requests that ran at once."""
     lengths, per_token = _requests(gpu, count, seed)
-    run = _Run(gpu, "kv_contiguous")
+    run = ScenarioRun(gpu, "kv_contiguous")
     running, most = [], 0
     for r, n in enumerate(lengths):
         slots = 1 << (n - 1).bit_length()
@@ -97,7 +97,7 @@ def kv_paged(gpu, *, count: int = 60, seed: int = 0, block_tokens: int = 16, rel
     allocated once; a request takes the blocks it needs from a free list, no allocator call.
     ``notes["max_running"]`` is the most requests that ran at once."""
     lengths, per_token = _requests(gpu, count, seed)
-    run = _Run(gpu, "kv_paged")
+    run = ScenarioRun(gpu, "kv_paged")
     block = block_tokens * per_token
     blocks = mib_round(gpu.total_memory * 9 // 10) // block
     run.alloc("pool", blocks * block, f"the KV pool: {blocks} blocks of {block_tokens} tokens")

@@ -110,9 +110,9 @@ def graph_capture_order(gpu, *, orders=(LARGEST_FIRST_11, tuple(reversed(LARGEST
     sequence activations that die and a 1 MiB-a-sequence output that stays; then the outputs are
     freed, the graphs reset and the cache emptied before the next order.
     ``notes["pool_reserved"]``: what each order's shared pool reserved (bytes), in order."""
-    from gpumemlab.devices.scenarios import _Run
+    from gpumemlab.devices.scenarios import ScenarioRun
 
-    run = _Run(gpu, "graph_capture_order")
+    run = ScenarioRun(gpu, "graph_capture_order")
     reserved = [run.capture_shared_pool(f"order {k}", order, 3 * MiB, MiB)
                 for k, order in enumerate(orders)]
     run.rec.notes.update(orders=[list(o) for o in orders], pool_reserved=reserved)

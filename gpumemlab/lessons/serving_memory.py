@@ -66,9 +66,9 @@ def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
     8 MiB-a-sequence output. First the output is released at once (vLLM keeps a weak reference),
     then, in a fresh pool, every output stays alive. ``notes["pool_reserved"]``: what each pool
     reserved (bytes), weak references first."""
-    from gpumemlab.devices.scenarios import _Run
+    from gpumemlab.devices.scenarios import ScenarioRun
 
-    run = _Run(gpu, "graph_pool_outputs")
+    run = ScenarioRun(gpu, "graph_pool_outputs")
     reserved = [run.capture_shared_pool(f"pool {k}", sizes, 2 * MiB, 8 * MiB, keep_outputs=keep)
                 for k, keep in enumerate((False, True))]
     run.rec.notes.update(sizes=list(sizes), pool_reserved=reserved)

@@ -69,10 +69,10 @@ def record_stream_pending(gpu, *, release: bool = True):
     """A tensor used on a busy side stream (``record_stream``) is freed: the next request of its
     size cannot reuse it and takes new memory; after a synchronize the block is free and the
     next request reuses it. ``notes``: whether each request reused the first block's address."""
-    from gpumemlab.devices.scenarios import _chunk, _Run
+    from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 
-    run = _Run(gpu, "record_stream_pending")
-    size = _chunk(gpu, 16)
+    run = ScenarioRun(gpu, "record_stream_pending")
+    size = device_chunk(gpu, 16)
     run.alloc("x", size, "x on the default stream")
     first = run.live["x"].address
     run.act("record_stream(x, side)", gpu.record_stream, run.live["x"], SIDE_STREAM)

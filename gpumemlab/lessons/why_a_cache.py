@@ -4,7 +4,7 @@ driver for segments only in its first step: c10 ``get_free_block`` reuses cached
 """
 from __future__ import annotations
 
-from gpumemlab.devices.scenarios import _chunk, _Run
+from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 from gpumemlab.quizkit.exercise_base import exercise, sizes_answer
 from gpumemlab.units import format_size, MiB
 from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
@@ -46,8 +46,8 @@ def _judge_01(answer):
 def cache_reuse(gpu, *, steps: int = 5, release: bool = True):
     """Each step: a 1-byte tensor (small pool), 1 MiB + 1 byte (large pool, a 20 MiB segment)
     and 1/16 of the device, all freed at the end of the step."""
-    run = _Run(gpu, "cache_reuse")
-    sizes = (1, MiB + 1, _chunk(gpu, 16))
+    run = ScenarioRun(gpu, "cache_reuse")
+    sizes = (1, MiB + 1, device_chunk(gpu, 16))
     for step in range(steps):
         for i, n in enumerate(sizes):
             run.alloc(i, n, f"step {step}: tensor {i}")

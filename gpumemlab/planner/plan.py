@@ -129,7 +129,7 @@ def plan(model, optimizer=None, inputs=None, *, total_memory="24GiB", alloc_conf
     one (run on fake tensors). ``optimizer``: ``params -> Optimizer`` (e.g.
     ``lambda p: torch.optim.AdamW(p)``), None for inference (``torch.no_grad``). ``inputs``: a
     shape tuple, batch first, or ``batch_size -> tensor(s)``. ``dims``: a transformer's
-    ``layers/seq/hidden/heads`` for the activation formula (``gml.planner.gpt`` models carry it).
+    ``layers/seq/hidden/heads`` for the activation formula (``gpumemlab.planner.models.gpt`` models carry it).
     ``device``: "cuda" (fake CUDA tensors; needs the library loaded before torch, as ``gpumemlab
     plan`` does), "cpu" (fake CPU tensors counted as the GPU), "auto".
     """

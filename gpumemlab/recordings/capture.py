@@ -132,9 +132,6 @@ class Capture:
         self.set_memory_metadata(metadata)
         self._forward_started = False
 
-    def get_memory_metadata(self) -> str:
-        return self._metadata
-
     def replay(self, gpu=None, **kwargs):
         """Run this workload on a simulated GPU (``gml.replay(self, gpu=gpu, ...)``)."""
         return replay(self, gpu=gpu, **kwargs)

@@ -74,11 +74,6 @@ def device_trace(snapshot: dict, device=None) -> list:
     return list(traces[dev]) if dev < len(traces) else []
 
 
-def block_address(seg: dict, offset_bytes: int, block: dict) -> int:
-    """A block's address: recorded, or the segment address plus the sizes before it."""
-    return block.get("address", seg["address"] + offset_bytes)
-
-
 def settings_line(settings: dict) -> str:
     """One line naming the allocator settings, e.g. "PYTORCH_CUDA_ALLOC_CONF='' (defaults)"."""
     if not settings:

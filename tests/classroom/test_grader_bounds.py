@@ -154,7 +154,22 @@ def test_the_seccomp_filter_denies_memfd_and_shmget_only():
         for nr in (0, 1, 9, 59, 60):   # read, write, mmap, execve, exit (x86_64 numbers)
             if nr not in numbers:
                 assert run_bpf(prog, arch, nr) == 0x7FFF0000
-    assert run_bpf(prog, 0x12345, 319) == 0x7FFF0000
+    assert run_bpf(prog, 0x12345, 319) == 0x80000000   # SECCOMP_RET_KILL_PROCESS
+    assert run_bpf(prog, 0x40000028, 385) == 0x80000000   # 32-bit ARM's memfd_create: killed
+
+
+@pytest.mark.parametrize("machine", ["riscv64", "ppc64le", "s390x", ""])
+def test_the_seccomp_filter_refuses_a_machine_it_does_not_know(machine):
+    with pytest.raises(confine.UnknownArchitecture) as caught:
+        confine.seccomp_program(machine=machine)
+    line = str(caught.value)
+    assert "\n" not in line and f"({machine})" in line and "x86_64, i386 and aarch64" in line
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "i686", "aarch64"])
+def test_the_seccomp_filter_is_built_on_each_machine_it_knows(machine):
+    prog = confine.seccomp_program(machine=machine)
+    assert run_bpf(prog, 0xC00000B7, 279) == 0x00050001   # aarch64's memfd_create: EPERM
 
 
 def test_tmpfs_mounts_are_sized_from_the_memory_limit():

@@ -8,6 +8,10 @@ viz/; doctor/ diagnoses recordings; planner/ plans a step before it runs, by fak
 and replay, on doctor/'s searches; certificates/ sign results and quizkit/ issues the unsigned
 self-study record through them; lessons/ holds what each lesson owns (its exercise, workload,
 models), on quizkit's machinery; classroom/ grades quiz-built notebooks; cli/ sits on top.
+
+A room may hold sub-packages (``recordings/replay/``, ``doctor/message/``, ...): every folder of
+modules is a package whose ``__init__`` is its face, with a docstring saying what it holds. What
+one room imports from another is public: no name with a leading underscore crosses a room's wall.
 """
 from __future__ import annotations
 
@@ -76,6 +80,83 @@ def test_every_room_is_known():
     rooms = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     rooms |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     assert rooms <= set(RANK), rooms - set(RANK)
+
+
+def test_every_folder_of_modules_is_a_package_with_a_docstring():
+    """Sub-packages included: each has an ``__init__`` face that says what it holds."""
+    problems = []
+    for folder in sorted({p.parent for p in PACKAGE.rglob("*.py")}):
+        face = folder / "__init__.py"
+        where = folder.relative_to(PACKAGE.parent)
+        if not face.exists():
+            problems.append(f"{where}/ holds modules but has no __init__.py")
+        elif not ast.get_docstring(ast.parse(face.read_text())):
+            problems.append(f"{where}/__init__.py has no docstring")
+    assert not problems, "\n".join(problems)
+
+
+def _private(parts) -> bool:
+    return any(p.startswith("_") and not p.startswith("__") for p in parts)
+
+
+def private_imports(path: pathlib.Path, name: str) -> list[str]:
+    """Private names of another room that ``path`` uses: imported by name (``from
+    gpumemlab.devices.scenarios import _Run``), through a private module below a room, or read as
+    an attribute of an imported module of another room (``scenarios._Run``)."""
+    here = room(name)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    found, bound = [], {}   # bound: local name -> the gpumemlab module it names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("gpumemlab.") and a.asname:
+                    bound[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "gpumemlab":
+                continue
+            for a in node.names:
+                full = f"{target}.{a.name}"
+                there = room(full if full in modules() else target)
+                if there == here or there is None:
+                    continue
+                # the room itself may be a module named with an underscore (_lazy): below it, not
+                if _private(target.split(".")[2:] + [a.name]):
+                    found.append(f"{name} ({here}) imports {a.name} from {target} ({there})")
+                if full in modules():
+                    bound[a.asname or a.name] = full
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and node.value.id in bound and _private([node.attr])):
+            target = bound[node.value.id]
+            if room(target) != here:
+                found.append(f"{name} ({here}) reads {node.value.id}.{node.attr} of {target}")
+    return found
+
+
+def test_no_private_name_crosses_rooms():
+    crossing = [line for name, path in modules().items() for line in private_imports(path, name)]
+    assert not crossing, "make these public where they are defined:\n" + "\n".join(sorted(crossing))
+
+
+def test_the_private_name_check_can_fail(tmp_path):
+    # the check above would pass on a package it cannot read: it must see the three ways in
+    probe = tmp_path / "probe.py"
+    probe.write_text("from gpumemlab.devices.scenarios import _Run\n"
+                     "from gpumemlab.devices import scenarios\n"
+                     "scenarios._chunk\n"
+                     "from gpumemlab.lessons._hidden import x\n"
+                     "from gpumemlab.viz import _lazy_names\n")
+    found = private_imports(probe, "gpumemlab.cli.probe")
+    assert len(found) == 4, found
+    # inside devices/ its own private names are its own business; the other two still cross
+    inside = private_imports(probe, "gpumemlab.devices.probe")
+    assert len(inside) == 2 and all("devices.scenarios" not in line for line in inside), inside
 
 
 def test_no_upward_import():

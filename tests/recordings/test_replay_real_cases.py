@@ -8,7 +8,7 @@ import pytest
 
 import gpumemlab as gml
 import gpumemlab.recordings.replay.start as replay_state
-import gpumemlab.recordings.replay as replaying
+import gpumemlab.recordings.replay.loop as replaying   # the pass over the trace: what it calls
 from gpumemlab.allocator.driver import VA_ALIGN, VA_BASE, CudaDriver
 from gpumemlab.cli import main
 from gpumemlab.recordings.replay import replay

@@ -33,12 +33,10 @@ import time
 import warnings
 
 from gpumemlab.allocator import AllocatorConfig, DeviceCachingAllocator, OutOfMemoryError
-from gpumemlab.allocator.driver import VA_ALIGN, AddressInUseError
 
 from ..gc_pause import collector_paused
+from .loop import LoopResult, run_trace
 from .pools import PoolRouter
-from .releases import (FreePages, _leave_pending, _release_recorded, _release_rest,
-                              _was_empty_cache)
 from .result import ReplayError, ReplayResult, ReplayWarning, Timeline
 from .prepare import address_shift, recorded_alloc_conf, replay_devices  # noqa: F401
 from .prepare import capacity as capacity_of
@@ -47,8 +45,6 @@ from .trim import trim_start
 from ..source import read_snapshot
 
 __all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
-
-_PROGRESS_EVERY = 1 << 16
 
 
 def _source(source, device):
@@ -147,31 +143,33 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     t0 = time.perf_counter()
     end = len(trace) if stop_at is None else max(0, min(int(stop_at), len(trace)))
     if start_oom is not None:      # the card is too small for what was live when recording began
-        run = _not_run(start_oom)
+        run = LoopResult.not_run(start_oom)
     else:
-        run = _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, end, router)
+        run = run_trace(alloc, trace, live, n=end, faithful=faithful, translate=translate,
+                        router=router, stop_on_oom=stop_on_oom, progress=progress)
     elapsed = time.perf_counter() - t0
-    tl = run["timeline"]
+    tl = run.timeline
     if any(e.get("user_metadata") for e in trace[:len(tl)]):   # step or phase marks
         tl.metadata = [e.get("user_metadata") or "" for e in trace[:len(tl)]]
-    if run["unknown_frees"]:
-        notes.append(f"{run['unknown_frees']} frees of addresses that were never allocated "
+    if run.unknown_frees:
+        notes.append(f"{run.unknown_frees} frees of addresses that were never allocated "
                      f"(ignored)")
-    if run["double_allocs"]:
-        notes.append(f"{run['double_allocs']} allocations at an address that was still live")
+    if run.double_allocs:
+        notes.append(f"{run.double_allocs} allocations at an address that was still live")
     stats = alloc.stats
+    recorded = not is_capture      # a capture has no recorded addresses to compare
     return ReplayResult(
         source=name, alloc_conf=conf, recorded_alloc_conf=recorded_conf,
         total_memory=capacity, faithful=faithful, allocator=alloc,
-        timeline=run["timeline"], peak_reserved=stats.reserved_bytes[0].peak,
-        peak_allocated=stats.allocated_bytes[0].peak, oom=run["oom"],
-        allocations=run["allocations"],
-        address_mismatches=None if is_capture else (run["mismatches"] + run["segment_mismatches"]
-                                                    + run["oom_mismatches"]),
-        alloc_mismatches=None if is_capture else run["mismatches"],
-        segment_mismatches=None if is_capture else run["segment_mismatches"],
-        oom_mismatches=None if is_capture else run["oom_mismatches"], device=device,
-        entries=len(trace), replayed=run["replayed"], start_problems=start_problems,
+        timeline=tl, peak_reserved=stats.reserved_bytes[0].peak,
+        peak_allocated=stats.allocated_bytes[0].peak, oom=run.oom,
+        allocations=run.allocations,
+        address_mismatches=(run.mismatches + run.segment_mismatches + run.oom_mismatches)
+        if recorded else None,
+        alloc_mismatches=run.mismatches if recorded else None,
+        segment_mismatches=run.segment_mismatches if recorded else None,
+        oom_mismatches=run.oom_mismatches if recorded else None, device=device,
+        entries=len(trace), replayed=run.replayed, start_problems=start_problems,
         notes=notes, elapsed_s=elapsed, address_shift=shift, start_trim=start_trim)
 
 
@@ -194,177 +192,3 @@ def _start_whatif(alloc, start, router):
                           "during": "start state",
                           "shortfall_bytes": max(missing - exc.device_free, p.size - exc.device_free, 0)}
     return live, None
-
-
-def _not_run(oom):
-    return {"timeline": Timeline(), "oom": oom, "allocations": 0, "mismatches": 0,
-            "segment_mismatches": 0, "oom_mismatches": 0, "unknown_frees": 0,
-            "double_allocs": 0, "replayed": 0}
-
-
-_RELEASES = ("segment_free", "segment_unmap")
-_MALLOC_GROWS = ("segment_alloc", "oom", "segment_map")
-
-
-def _run(alloc, trace, live, faithful, translate, stop_on_oom, progress, n, router):
-    """The hot loop: one pass over the first ``n`` trace entries, no per-entry copies. An entry
-    with a private ``pool_id`` is malloc'd in that pool (``router``)."""
-    routed = router.malloc
-    timeline = Timeline()
-    t_alloc, t_res, t_req = timeline.allocated.append, timeline.reserved.append, \
-        timeline.requested.append
-    stats = alloc.stats
-    s_alloc, s_res, s_req = stats.allocated_bytes[0], stats.reserved_bytes[0], stats.requested_bytes[0]
-    timeline.start = {"allocated_bytes": s_alloc.current, "reserved_bytes": s_res.current,
-                      "requested_bytes": s_req.current}
-    malloc, free = alloc.malloc, alloc.free
-    next_addresses = alloc.driver.next_addresses
-    next_reservations = alloc.driver.next_reservations
-    mismatches = segment_mismatches = oom_mismatches = allocations = 0
-    unknown_frees = double_allocs = 0
-    oom = None
-    pending_segment = None        # recorded cudaMalloc address for the next malloc
-    pending_map = None            # first recorded segment_map since the last malloc
-    requested_frees = set()       # free_requested seen, free_completed not yet (other streams)
-    served = None                 # a recorded OOM's request these settings served
-    i = 0
-    while i < n:
-        e = trace[i]
-        action = e["action"]
-        if action == "alloc":
-            if faithful:
-                _dictate(alloc, pending_segment, pending_map, translate)
-            addr = e["addr"]
-            pool_id = e.get("pool_id")
-            m = malloc if pool_id is None or pool_id == (0, 0) else \
-                (lambda size, stream, _p=pool_id: routed(_p, size, stream))
-            try:
-                try:
-                    blk = m(e["size"], e["stream"])
-                except AddressInUseError:
-                    next_addresses.clear()          # the model's own choice took that range
-                    blk = m(e["size"], e["stream"])
-            except OutOfMemoryError as exc:
-                next_addresses.clear()
-                next_reservations.clear()
-                oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
-                if faithful:                        # the recorded allocation succeeded
-                    allocations += 1
-                    mismatches += 1
-                if stop_on_oom:
-                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
-                    i += 1
-                    break
-                blk = None
-            if next_addresses:
-                next_addresses.clear()              # recorded a cudaMalloc, the model did not
-            if next_reservations:
-                next_reservations.clear()           # the model mapped into an existing segment
-            pending_segment = pending_map = None
-            if blk is not None:
-                allocations += 1
-                if faithful and blk.ptr != translate(addr):
-                    mismatches += 1
-                elif not faithful and blk.ptr != addr:
-                    mismatches += 1
-                if addr in live:
-                    double_allocs += 1
-                live[addr] = blk
-        elif action == "free_completed":
-            requested_frees.discard(e["addr"])
-            blk = live.pop(e["addr"], None)
-            if blk is None:
-                unknown_frees += 1
-            else:
-                free(blk)
-        elif action == "free_requested":
-            requested_frees.add(e["addr"])
-        elif action == "segment_alloc":
-            pending_segment = e["addr"]
-        elif action == "segment_map":
-            if faithful and pending_map is None:
-                base = translate(e["addr"])
-                if base % VA_ALIGN == 0:
-                    pending_map = base
-        elif action in _RELEASES:
-            j = i
-            while j + 1 < n and trace[j + 1]["action"] in _RELEASES:
-                j += 1
-            after = trace[j + 1]["action"] if j + 1 < n else None
-            if faithful:
-                # Replay the recorded releases exactly, before the malloc that may follow: if
-                # the burst was inside that malloc, get_free_block had already failed on a
-                # superset of these free blocks, so the malloc goes on to the same cudaMalloc.
-                released = []
-                pages = FreePages(alloc)            # the burst's index of free pages
-                for k in range(i, j + 1):
-                    ek = trace[k]
-                    blk = _release_recorded(alloc, ek["action"], translate(ek["addr"]), ek["size"],
-                                            pages)
-                    if blk is None:
-                        segment_mismatches += 1
-                    else:
-                        released.append(blk)
-                    if k < j:
-                        _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
-                if after not in _MALLOC_GROWS or _was_empty_cache(alloc, trace, j + 1, released):
-                    # an empty_cache(): it would have released every whole free segment
-                    segment_mismatches += _release_rest(alloc)
-            else:
-                if after not in _MALLOC_GROWS:
-                    alloc.empty_cache()             # a burst outside malloc: empty_cache()
-                for _ in range(i, j):
-                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
-            i = j
-        elif action == "oom":
-            # the recording ran out of memory here: try the same (rounded) request
-            if faithful:
-                _dictate(alloc, pending_segment, pending_map, translate)
-            try:
-                # these settings would have coped: the entry's point shows the request served,
-                # and it is given back after it (the recorded program never had it)
-                served = routed(e.get("pool_id"), e["size"], e["stream"])
-                if faithful:
-                    oom_mismatches += 1             # ... but the recording ran out here
-            except OutOfMemoryError as exc:
-                oom = oom or {"index": i, "entry": e, "size": e["size"], "message": str(exc)}
-                if stop_on_oom:
-                    _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
-                    i += 1
-                    break
-            finally:
-                next_addresses.clear()
-                next_reservations.clear()
-                pending_segment = pending_map = None
-        _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req)
-        if served is not None:
-            free(served)
-            served = None
-        i += 1
-        if progress is not None and i % _PROGRESS_EVERY == 0:
-            progress(i, n)
-    if progress is not None:
-        progress(i, n)
-    if i >= len(trace):
-        _leave_pending(alloc, live, requested_frees)
-    return {"timeline": timeline, "oom": oom, "allocations": allocations, "mismatches": mismatches,
-            "segment_mismatches": segment_mismatches, "oom_mismatches": oom_mismatches,
-            "unknown_frees": unknown_frees,
-            "double_allocs": double_allocs, "replayed": i}
-
-
-def _dictate(alloc, pending_segment, pending_map, translate):
-    """Before a malloc of a faithful replay: the recorded cudaMalloc address and expandable
-    reservation base become the driver's next answers."""
-    driver = alloc.driver
-    if pending_segment is not None:
-        driver.next_addresses[:] = [translate(pending_segment)]
-    if pending_map is not None:
-        driver.next_reservations.clear()
-        driver.reserve_next_va(pending_map)
-
-
-def _append(t_alloc, t_res, t_req, s_alloc, s_res, s_req):
-    t_alloc(s_alloc.current)
-    t_res(s_res.current)
-    t_req(s_req.current)
