@@ -150,10 +150,10 @@ def offload_activations(gpu, *, release: bool = True):
     the device (save_on_cpu's pack), so the device holds one at a time; then brought back one
     at a time (unpack). Where ``gpu`` has no pinned model (``pin``), only the device side runs.
     ``notes``: the host bytes pinned at the peak (None without a pinned model)."""
-    from gpumemlab.devices.scenarios import _chunk, _Run
+    from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
 
-    run = _Run(gpu, "offload_activations")
-    size = _chunk(gpu, 16)
+    run = ScenarioRun(gpu, "offload_activations")
+    size = device_chunk(gpu, 16)
     can_pin = hasattr(gpu, "pin")
     host, peak = [], 0
     for i in range(4):
