@@ -5,7 +5,7 @@ cell tags in the header as ``# %% tags=["predict"]``).
 
 The sources are real Python: lint them, run them, review them. The notebooks are written without
 outputs, with the python3 kernelspec and stable cell ids, so rebuilding an unchanged source gives
-a byte-identical file (tests/test_notebooks_meta.py checks that the committed notebooks are
+a byte-identical file (tests/notebooks/test_notebooks_meta.py checks that the committed notebooks are
 exactly what this script makes).
 
     python scripts/build_notebooks.py            # build every notebook from notebooks/src/

@@ -1,8 +1,8 @@
 """One right answer per lesson exercise, for the tests. The judge itself (the simulator) decides
 whether it is right; every answer that is a figure of the simulator (a size, a batch, a block
 size) is found by running it (a bisection, a search, the metric that defines it), as a function
-computed when called. tests/test_lesson_exercises.py checks that the judge accepts each one;
-tests/test_lessons_give_nothing_away.py checks that no lesson prints it."""
+computed when called. tests/lessons/test_lesson_exercises.py checks that the judge accepts each one;
+tests/notebooks/test_lessons_give_nothing_away.py checks that no lesson prints it."""
 from __future__ import annotations
 
 from gpumemlab.units import MiB

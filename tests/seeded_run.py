@@ -1,5 +1,5 @@
 """A seeded simulated-GPU run whose full snapshot (segments, trace, frames) is stored in
-tests/fixtures/snapshots/seeded_run.json.gz and compared by tests/test_seeded_snapshot.py.
+tests/fixtures/snapshots/seeded_run.json.gz and compared by tests/devices/test_seeded_snapshot.py.
 
 Every allocation is made at least 12 Python frames deep inside this file, so the 12 frames the
 simulated GPU records all come from here; their file name is stored as "<seeded_run>". Editing

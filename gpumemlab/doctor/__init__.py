@@ -17,7 +17,7 @@ evidence (``growth.result``, drawn by ``growth.figure``, JSON by ``growth.json_f
 iterations itself when nothing marks them (``growth.iterations``); the real
 torch loops that show each cause are in ``gpumemlab.lessons.growth_cases``.
 
-This package is itself callable: ``gml.doctor`` is the room's name (tests/test_layout.py) and
+This package is itself callable: ``gml.doctor`` is the room's name (tests/package/test_layout.py) and
 importing any ``gpumemlab.doctor.*`` module sets ``gpumemlab.doctor`` to this package, so the
 package calls ``api.doctor`` rather than letting the function be shadowed by its own room.
 Importing this package imports none of its modules.

@@ -3,8 +3,11 @@ ranked fixes) and its :class:`Fix` entries, for both a pasted message and a snap
 
 The kinds (a message decides them by the rules in message/kind.py):
 
-* ``"outside_pytorch"``: memory held outside PyTorch's allocator (other processes, the CUDA
-  context, other libraries) is larger than what PyTorch reserved: no allocator setting helps;
+* ``"outside_pytorch"``: memory held outside PyTorch is what the allocation lacked: no allocator
+  setting helps. "Outside PyTorch" has one meaning in every report: the card's memory that this
+  process's caching allocator does not hold (message: total - free - reserved; snapshot: the
+  card minus the allocator's share): other processes, this process's CUDA context and
+  libraries, the desktop, the driver;
 * ``"fragmentation"``: the request would fit if the memory the allocator holds free were one
   piece (a message: reserved-but-unallocated >= the request; a snapshot: allocated + request
   fits the card);

@@ -35,6 +35,11 @@ def to_text(d) -> str:
                ("reserved but unallocated", d.reserved_unallocated_bytes),
                ("outside PyTorch", d.non_pytorch_bytes),
                ("other processes", d.other_processes_bytes)]
+    det = d.details or {}
+    if det.get("form") == "mps":     # MPS prints its own three figures and a limit, no card
+        figures = [("requested", d.requested_bytes), ("MPS allocated", d.allocated_bytes),
+                   ("other allocations", det.get("other_allocations_bytes")),
+                   ("max allowed", det.get("limit_bytes"))]
     shown = [(k, v) for k, v in figures if v is not None]
     if shown:
         out.append("")

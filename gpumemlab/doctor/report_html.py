@@ -87,7 +87,7 @@ def _figures(d):
             ("driver free", d.free_bytes), ("allocated by PyTorch", d.allocated_bytes),
             ("reserved by PyTorch", d.reserved_bytes),
             ("reserved but unallocated", d.reserved_unallocated_bytes),
-            ("outside PyTorch's allocator", d.non_pytorch_bytes),
+            ("outside PyTorch", d.non_pytorch_bytes),
             ("other processes", d.other_processes_bytes)]
     cells = "".join(f"<tr><th>{k}</th><td>{_size(v)}</td></tr>" for k, v in rows if v is not None)
     return f"<table>{cells}</table>" if cells else ""

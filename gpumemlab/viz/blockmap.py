@@ -34,7 +34,7 @@ MIN_WIDTH = 1 / 200  # of a panel's width: the narrowest an allocated block is d
 
 
 def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=None,
-         highlight_largest: bool = True, by=None):
+         highlight_largest: bool = True, by=None, host: bool = False):
     """Draw the block map of a snapshot, segment list, device or replay result.
 
     Args:
@@ -47,10 +47,16 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
         title: replaces the first title line (the device name).
         by: colour allocated blocks by the code that made them ("frame") or their size class
             ("size"), as ``gml.timeline(..., by=...)`` colours its bands (``blockmap_keys``).
+        host: draw the pinned host memory instead (``viz.host_view.show_host``): a row per
+            power-of-two free list of the host allocator.
 
     Returns:
         The matplotlib Figure.
     """
+    if host:
+        from .host_view import show_host
+
+        return show_host(source, ax, title=title)
     src = read_source(source)
     every = device_segments(src.snapshot, device)
     segments, left_out, counts = _readable(every)

@@ -81,7 +81,7 @@ def _is_rows(obj) -> bool:
         and "reserved_bytes" in obj[0]
 
 
-def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None):
+def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None, host=False):
     """Plot memory over the events of one run, or compare several runs (a list): one panel per
     run with shared axes, or all in ``ax`` when one is given. With ``by`` ("frame", "category"
     or "size"), one run's live allocations as stacked bands coloured by that key
@@ -93,10 +93,15 @@ def timeline(source, ax=None, *, labels=None, cursor=None, by=None, steps=None):
         by: colour each allocation's band by its allocating frame, category or size.
         steps: event indices where steps begin (default, with ``by``: where the entries'
             ``user_metadata`` changes).
+        host: plot the pinned host memory of one run instead (``viz.host_view.host_timeline``).
 
     Returns:
         The matplotlib Figure (``fig.gml_timeline`` holds the plotted data).
     """
+    if host:
+        from .host_view import host_timeline
+
+        return host_timeline(source, ax)
     if by is not None:
         from gpumemlab.viz.active_timeline import draw_active_timeline
         return draw_active_timeline(source, ax, by=by, steps=steps)

@@ -29,7 +29,8 @@ def test_the_corpus_is_large_and_covers_every_kind_and_platform():
             "cudaMallocAsync", "mps", "exa", "thc", "runtime_error"} <= forms
     frameworks = {p.get("framework") for p in PASTES}
     assert {"jax", "tensorflow", "candle", "vllm", "sglang", "tgi", "cuda_init", "host_pinned",
-            "nccl"} <= frameworks
+            "nccl", "llamacpp"} <= frameworks
+    assert len(PASTES) >= 150
     texts = " ".join(p["text"] for p in PASTES)
     for backend in ("CUDA out of memory", "HIP out of memory", "XPU out of memory",
                     "MPS backend out of memory"):
@@ -50,6 +51,9 @@ def test_the_doctor_reads_each_paste_as_a_person_did(paste):
     printed = d.details.get("printed", {})
     for name, text in paste.get("figures", {}).items():
         assert printed.get(name) == text, name
+    # another framework's own figures, as read from its text (message/foreign_figures.py)
+    for name, value in paste.get("foreign_figures", {}).items():
+        assert d.details["figures"].get(name) == value, name
 
 
 NEGATIVE = re.compile(r"(?<![\w.])-\s?\d[\d.]*\s?(?:bytes|[KMGTPE]i?B)\b")

@@ -9,7 +9,7 @@ tests/fixtures/snapshots/), Python stack frames dropped (see selftest_worker). D
 says how each was made (budget, settings, torch, card). Each recording is then replayed on the
 model; ``--on-model`` makes the same recordings on the simulator (a dry run for a machine
 without CUDA). The script prints one line per scenario and exits 1 if any failed or did not replay with
-0 address mismatches. tests/test_real_fixtures.py replays the committed ones.
+0 address mismatches. tests/recordings/test_real_fixtures.py replays the committed ones.
 """
 import argparse
 import json

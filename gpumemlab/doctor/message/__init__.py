@@ -193,22 +193,42 @@ def _pairs(groups):
     return [_figure(got[i], got[i + 1]) for i in range(0, len(got) - 1, 2)]
 
 
-_ANCHORS = ("utofmemory", "Allocationondevice", "CurrentplatformcanNOT", "Triedtoallocate")
+# each head holds one literal word, its anchor; the start of the head is the start of a short
+# prefix that ends with that word (found in a 40-character window before it), and the whole
+# pattern is then matched from there: a constant amount of work per anchor, whatever the text
+_PREFIXES = {
+    "native": ("utofmemory", re.compile(r"(?:CUDA|HIP|XPU)?[Oo]utofmemory\Z")),
+    "mps": ("utofmemory", re.compile(r"MPSbackendoutofmemory\Z")),
+    "thc": ("utofmemory", re.compile(r"(?:(?:cuda|hip)runtimeerror\(2\):?|line=\d+error=2:)"
+                                     r"outofmemory\Z")),
+    "bare": ("utofmemory", re.compile(r"(?:CUDA|HIP|XPU)(?:error:)?outofmemory\Z")),
+    "mid": ("Triedtoallocate", re.compile(r"(?:CUDA|HIP|XPU)?Triedtoallocate\Z")),
+    "per_allocation_limit": ("CurrentplatformcanNOT", re.compile(r"CurrentplatformcanNOT\Z")),
+    "cudaMallocAsync": ("Allocationondevice",
+                        re.compile(r"(?:OutOfMemoryError:|ExceptionMessage:)?Allocationondevice\Z")),
+}
+_ANCHORS = tuple(dict.fromkeys(anchor for anchor, _ in _PREFIXES.values()))
+_BY_ANCHOR = {a: [(k, pre) for k, (anchor, pre) in _PREFIXES.items() if anchor == a]
+              for a in _ANCHORS}
 
 
 def _last_head(squashed):
     """The last message's head (its kind and match) and how many messages the text holds.
 
-    Each head holds one of a few literal words: those are found with str.find (a fast scan) and
-    the patterns tried only in a window around each, so the cost is linear in the text."""
+    Each anchor word is found with str.find (a fast scan); for each, every kind that holds that
+    word checks a short prefix ending at it and matches its whole pattern from the prefix's
+    start, so the work per anchor is bounded and the whole is linear in the text."""
     starts = {}
     for anchor in _ANCHORS:
         at = squashed.find(anchor)
         while at >= 0:
-            lo, hi = max(0, at - 40), at + 400
-            for kind, pattern in _HEADS.items():
-                m = pattern.search(squashed, lo, hi)
-                if m is None or not m.start() <= at < m.end():
+            end = at + len(anchor)
+            for kind, prefix in _BY_ANCHOR[anchor]:
+                pre = prefix.search(squashed, max(0, at - 40), end)
+                if pre is None:
+                    continue
+                m = _HEADS[kind].match(squashed, pre.start(), end + 400)
+                if m is None:
                     continue
                 begin = m.start()
                 rank = _PRIORITY[kind]

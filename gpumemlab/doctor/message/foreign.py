@@ -10,7 +10,8 @@ be stored in KV cache", SGLang's "Not enough memory. Please try to increase --me
 TGI's "Not enough memory to handle N prefill tokens"), from CUDA itself (a context that cannot be
 created: ``cudaGetDeviceCount() ... Error 2: out of memory``, ``cuInit``), from pinned host memory
 (``could not allocate pinned host memory``) and from NCCL's own buffers (``NCCL WARN Cuda failure
-'out of memory'``). None of them is read by the PyTorch allocator's settings, so the doctor names
+'out of memory'``), and llama.cpp's whole-buffer allocations (``cudaMalloc failed: out of
+memory`` / ``failed to allocate CUDA0 buffer of size N``). None of them is read by the PyTorch allocator's settings, so the doctor names
 the thing and its knobs instead of refusing the text.
 
 Each rule is a pattern on the paste with all whitespace removed (wraps inside words do not
@@ -74,8 +75,9 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      "failed",
      re.compile(r"Noavailablememoryforthecacheblocks|maxseqlen\(\d+\)islargerthanthemaximum"
                 r"numberoftokensthatcanbestoredinKVcache|KVcacheisneeded,whichislargerthanthe"
-                r"availableKVcachememory|insufficientmemoryfortheKVcache|found0GPUblocks",
-                re.I),
+                r"availableKVcachememory|insufficientmemoryfortheKVcache|found0GPUblocks|"
+                r"Freememoryondevice[^\n]{0,40}?onstartupislessthandesiredGPUmemoryutilization|"
+                r"AvailableKVcachememory:-\d", re.I),
      ("gpu_memory_utilization (the fraction of the whole card the engine may use; memory other "
       "processes hold counts against it)", "max_model_len (the KV cache must hold one request "
       "of this length)", "tensor_parallel_size, kv_cache_dtype=fp8, enforce_eager=True (no CUDA "
@@ -91,6 +93,14 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      re.compile(r"Notenoughmemorytohandle\d+(?:totaltokens|prefilltokens)", re.I),
      ("--max-batch-prefill-tokens and --max-batch-total-tokens",
       "--max-input-length / --max-total-tokens", "--cuda-memory-fraction, --quantize, --num-shard")),
+    ("llamacpp", "llama.cpp (ggml) asked the driver for a buffer and it had no room: its "
+     "buffers are allocated whole (model weights per device, the KV cache, the compute buffer), "
+     "with no caching allocator between them",
+     re.compile(r"cudaMallocfailed:outofmemory|failedtoallocate(?:CUDA|ROCm)\d+bufferofsize|"
+                r"unabletoallocate(?:CUDA\d+|backend)buffer", re.I),
+     ("-ngl / --n-gpu-layers (fewer layers on the GPU) and --tensor-split across GPUs",
+      "-c / --ctx-size (the KV cache grows with it), --cache-type-k/v q8_0, -ub / --ubatch-size "
+      "(the compute buffer)", "a smaller quantization of the model")),
     ("jax", "JAX/XLA's allocator ran out (its own pool, not PyTorch's)",
      re.compile(r"RESOURCE_EXHAUSTED:[^\n]{0,40}?Outofmemory|Resourceexhausted:Outofmemorywhile"
                 r"tryingtoallocate|XlaRuntimeError[^\n]{0,60}?(?:Outofmemory|RESOURCE_EXHAUSTED)",
@@ -98,8 +108,8 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
      _XLA),
     ("tensorflow", "TensorFlow's allocator ran out (its own BFC pool, not PyTorch's)",
      re.compile(r"OOMwhenallocatingtensor|ResourceExhaustedError|Allocator\(GPU_\d+_bfc\)ranout"
-                r"ofmemory|failedtoallocate[\d.]+[KMGT]?\(\d+bytes\)fromdevice:CUDA_ERROR_OUT_OF"
-                r"_MEMORY", re.I), _TF),
+                r"ofmemory|failedtoallocate[\d.]+[KMGT]?(?:\(\d+bytes\))?fromdevice:(?:CUDA_ERROR_OUT"
+                r"_OF_MEMORY|hipError_t\(1002\))", re.I), _TF),     # 1002: hipErrorOutOfMemory
     ("candle", "candle (Rust) asked the CUDA driver directly and it had no room: there is no "
      "caching allocator between them",
      re.compile(r"DriverError\(CUDA_ERROR_OUT_OF_MEMORY"),
@@ -118,10 +128,33 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
 )
 
 
+# words (lower case) at least one of which every match of a rule holds: a rule's pattern runs
+# only on a paste that holds one (str's substring search is far faster than a case-insensitive
+# pattern's scan, so a 1 MB paste without them costs a few milliseconds per rule)
+_KEYS = {
+    "host_pinned": ("pinnedhostmemory", "byteson", "cachinghostallocator"),
+    "nccl": ("nccl",),
+    "cuda_init": ("cudagetdevicecount", "cuinit"),
+    "vllm": ("cacheblocks", "kvcache", "gpublocks", "onstartupislessthan"),
+    "sglang": ("--mem-fraction-static",),
+    "tgi": ("notenoughmemorytohandle",),
+    "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate"),
+    "jax": ("resource_exhausted", "resourceexhausted", "xlaruntimeerror"),
+    "tensorflow": ("oomwhenallocating", "resourceexhaustederror", "ranoutofmemory",
+                   "fromdevice"),
+    "candle": ("drivererror(cuda_error_out_of_memory",),
+    "numba": ("cumemalloc",),
+    "cuda_driver": ("cuda_error_out_of_memory",),
+}
+
+
 def identify(squashed: str) -> Foreign | None:
     """The first rule whose pattern occurs in ``squashed`` (a paste with whitespace removed), or
     None when the text shows none of them."""
+    low = squashed.lower()
     for framework, what, pattern, settings in RULES:
+        if not any(key in low for key in _KEYS[framework]):
+            continue
         m = pattern.search(squashed)
         if m is None:
             continue

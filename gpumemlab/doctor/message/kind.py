@@ -2,7 +2,7 @@
 
 With R the request, T the card's total, F the driver's free memory (c10 reads it after releasing
 its cached segments and retrying, so after the failure), A allocated, U reserved but unallocated,
-outside = T - F - reserved (memory this process's allocator does not hold) and "others" the
+outside = T - F - reserved ("outside PyTorch": what this process's caching allocator does not hold) and "others" the
 memory of the ``Process N has M memory in use`` lines that are not this process
 (:func:`split_processes`):
 
@@ -16,7 +16,8 @@ memory of the ``Process N has M memory in use`` lines that are not this process
    fragmentation nor other processes explain it, the platform does (see message/remedies.py);
 3. U >= R: ``fragmentation``;
 4. R > F and other processes active, or outside clearly more than a context
-   (:func:`context_max`: max(1.5 GiB, a tenth of the card)), covering the shortfall:
+   (:func:`context_max`: a quarter of a small card up to 1.5 GiB, a tenth of a big one, or this
+   process's measured part plus a desktop), covering the shortfall:
    ``outside_pytorch``;
 5. F and U known (or A + R above T): ``exhaustion``; otherwise ``unknown``.
 
@@ -33,10 +34,19 @@ CONTEXT_MIN = 200 << 20      # a CUDA context and library handles: 0.2 GiB ...
 CONTEXT_FLOOR = 3 << 29      # ... and with a desktop, cuDNN/cuBLAS workspaces: up to ~1.5 GiB
 
 
-def context_max(total: int | None) -> int:
-    """The most memory outside the allocator that a lone process's context, its libraries and a
-    desktop explain: 1.5 GiB, or a tenth of a large card (bigger cards carry bigger workspaces)."""
-    return max(CONTEXT_FLOOR, (total or 0) // 10)
+def context_max(total: int | None, own: int | None = None) -> int:
+    """The most memory outside PyTorch that a lone process's CUDA context, its libraries and a
+    desktop explain on a card of ``total`` bytes.
+
+    A context does not grow with the card (its kernels and handles are the same size), so on a
+    small card it is a large share: a quarter of the card, at most 1.5 GiB, and on big cards a
+    tenth (bigger cards carry bigger workspaces). When the message measures this process's own
+    memory outside its allocator (``own`` = P - reserved, from "this process has P"), that part
+    is no guess: what it leaves of the allowance is for the desktop, at least CONTEXT_MIN."""
+    bound = max(min(CONTEXT_FLOOR, (total or 0) // 4), (total or 0) // 10, CONTEXT_MIN)
+    if own is not None and own >= 0:
+        return own + max(CONTEXT_MIN, bound - own)
+    return bound
 
 
 def margin(requested: int) -> int:
@@ -54,14 +64,14 @@ def split_processes(msg, reserved: int | None) -> tuple[dict, object]:
     appears as a "Process N" line and no "this process" line is printed. Then at most one line is
     this process: the one holding at least what it reserved and closest to it (or the only
     line when reserved is not printed). "At least" is bounded above by what a CUDA context and
-    its libraries may add (max(1.5 GiB, 10 % of the card)): a line holding far more than this
+    its libraries may add (:func:`context_max`): a line holding far more than this
     process reserved is another process."""
     procs = {pid: fig.bytes for pid, fig in msg.other_processes.items()}
     if not procs or msg.this_process is not None:
         return procs, None
     if reserved is not None:
         total = msg.total.bytes if getattr(msg, "total", None) is not None else 0
-        slack = max(3 << 29, total // 10)
+        slack = context_max(total)
         fits = [pid for pid, b in procs.items() if reserved <= b <= reserved + slack]
         me = min(fits, key=lambda pid: procs[pid] - reserved) if fits else None
     else:
@@ -147,18 +157,24 @@ def decide(f: dict, p: dict, msg) -> dict:
             return _others(f, msg, border, f"the driver had {_s(F)} free, {_s(short)} short of "
                            f"the {_s(R)} asked for, while other processes")
         if out is not None and out + p.get("outside", 0) >= short:
-            if out - p.get("outside", 0) > context_max(T):
+            bound = context_max(T, f.get("non_pytorch"))
+            if out - p.get("outside", 0) > bound:
+                if out <= 2 * bound:
+                    border.append(f"{_s(out)} outside PyTorch is within twice what a context "
+                                  f"and a desktop take: before PyTorch 2.0 (CUDA modules "
+                                  f"loaded eagerly) a context alone could take 0.5-1 GiB; "
+                                  f"nvidia-smi's per-process figures decide")
                 return _result("outside_pytorch", "outside_covers_shortfall",
-                               f"{_s(out)} of the card is held outside this process's "
-                               f"allocator, more than a CUDA context, its libraries and a "
-                               f"desktop take ({_s(context_max(T))} at most on this card), and "
+                               f"{_s(out)} of the card is held outside PyTorch (not by this "
+                               f"process's caching allocator), more than a CUDA context, its "
+                               f"libraries and a desktop take ({_s(bound)} at most here), and "
                                f"enough to cover the shortfall of {_s(short)}: no allocator "
                                f"setting makes the {_s(R)} allocation fit while that memory is "
                                f"held.", border)
             if out >= CONTEXT_MIN:
-                border.append(f"memory outside the allocator ({_s(out)}) would cover the "
+                border.append(f"memory outside PyTorch ({_s(out)}) would cover the "
                               f"shortfall, but it is no more than a CUDA context, its libraries "
-                              f"and a desktop take (up to {_s(context_max(T))} here): "
+                              f"and a desktop take (up to {_s(bound)} here): "
                               f"nvidia-smi's per-process figures decide whether another process "
                               f"holds it")
     if (F is not None and U is not None) or (A is not None and T is not None
@@ -278,6 +294,10 @@ def _unknown(msg, border):
     elif msg.allocator == "cudaMallocAsync":
         why = ("with cudaMallocAsync the driver's memory pool keeps freed memory it has not yet "
                "released, and the message does not separate that from other processes")
+    elif msg.form == "xpu" and msg.free is None:
+        why = ("PyTorch's XPU message prints no free-memory figure, so whether the driver had "
+               "room is not in the text" + (", and the cached free memory does not hold the "
+                                            "request" if msg.unallocated is not None else ""))
     else:
         why = "the message lacks " + (", ".join(msg.missing) or "the figures a kind needs")
     return _result("unknown", "too_few_figures",

@@ -5,7 +5,7 @@ split).
 The figures follow each form's own arithmetic (see :mod:`~gpumemlab.doctor.message`): reserved is
 printed (1.4-2.0), A + C (1.0-1.3, where "cached" C was reserved minus allocated) or A + U (2.1+
 and XPU, A including CUDA-graph private pools there); reserved but unallocated is U, C or
-reserved - A; memory outside this process's allocator is total - free - reserved, and this
+reserved - A; memory outside PyTorch is total - free - reserved (one meaning everywhere), and this
 process's own part of it P - reserved when the message has the "this process has P" line.
 Doubtful figures (:mod:`~gpumemlab.doctor.message.sanity`) are left out of the figures and the
 decision (:mod:`~gpumemlab.doctor.message.kind`); the platform
@@ -20,6 +20,7 @@ from . import NotAnOOMMessage, OOMMessage, parse_message
 from .remedies import fixes as fit_fixes
 from .kind import decide, split_processes
 from .foreign import identify
+from .foreign_figures import read as read_foreign_figures
 from .text import clean, squash
 from .platform import detect
 from .sanity import check
@@ -78,14 +79,16 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     try:
         m = parse_message(text)
     except NotAnOOMMessage:
-        other = identify(squash(clean(text)))
+        squashed = squash(clean(text))
+        other = identify(squashed)
         if other is None:
             raise
-        return _foreign(other, source)
+        return _foreign(other, source, squashed)
     if m.form == "runtime_error":
-        other = identify(squash(m.context))
+        squashed = squash(m.context)
+        other = identify(squashed)
         if other is not None:
-            return _foreign(other, source)
+            return _foreign(other, source, squashed)
     platform = detect(m)
     raw, prec = _figures(m)
     flags, doubtful = check(raw, prec, platform)
@@ -107,8 +110,11 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     if m.missing:
         notes.append(f"partial message: read {', '.join(m.read) or 'no figure'}; could not "
                      f"read {', '.join(m.missing)} (left null)")
-    others = sum(x.bytes for x in m.other_processes.values()) if m.other_processes else None
-    non_pytorch = f["non_pytorch"] if m.this_process is not None else f["outside"]
+    # the Process line that is this very process (inside a container) is not another process
+    others = f["others"]
+    # "outside PyTorch" has one meaning everywhere (docs/DOCTOR.md): total - free - reserved,
+    # all the card's memory that this process's caching allocator does not hold
+    non_pytorch = f["outside"]
     d = Diagnosis(
         mode="message", source=source, kind=kind, summary=decision["summary"],
         requested_bytes=f["requested"], total_bytes=f["total"], free_bytes=f["free"],
@@ -118,7 +124,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     names = {"requested_bytes": "requested", "total_bytes": "total", "free_bytes": "free",
              "allocated_bytes": "allocated", "reserved_bytes": "reserved",
              "reserved_unallocated_bytes": "unallocated",
-             "non_pytorch_bytes": "non_pytorch" if m.this_process is not None else "outside"}
+             "non_pytorch_bytes": "outside"}
     d.precision = {k: prec.get(v, 0) for k, v in names.items()
                    if getattr(d, k) is not None and prec.get(v, 0)}
     d.fixes, left_out = fit_fixes(kind, decision, f, m, platform)
@@ -136,6 +142,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         "per_allocation_limit_bytes": _b(m.per_allocation_limit),
         "private_pools_bytes": _b(m.private_pools), "this_process_bytes": f["this_process"],
         "outside_allocator_bytes": f["outside"],
+        "this_process_outside_allocator_bytes": f["non_pytorch"],
         "printed": {k: getattr(m, k).text for k in
                     ("requested", "total", "free", "allocated", "reserved", "unallocated",
                      "allowed", "this_process", "limit", "other_allocations")
@@ -170,17 +177,24 @@ _FORM_TITLE = {"1.0-1.3": "PyTorch 1.0-1.3 (\"cached\" is reserved minus allocat
                "runtime_error": "the CUDA runtime's own error (not PyTorch's allocator)"}
 
 
-def _foreign(other, source) -> Diagnosis:
+def _foreign(other, source, squashed) -> Diagnosis:
     """The diagnosis of a memory error that is not PyTorch's caching allocator's: one line
-    naming it and the settings that decide it."""
-    summary = (f"Not a PyTorch allocator OOM: {other.what}. What decides it: "
-               + "; ".join(other.settings) + ".")
+    naming it, what its own figures say (:mod:`~gpumemlab.doctor.message.foreign_figures`) and
+    the settings that decide it."""
+    fig, says = read_foreign_figures(other.framework, squashed)
+    summary = f"Not a PyTorch allocator OOM: {other.what}."
+    if says:
+        summary += " Its figures: " + "; ".join(says) + "."
+    summary += " What decides it: " + "; ".join(other.settings) + "."
     return Diagnosis(mode="message", source=source, kind="not_pytorch_allocator", summary=summary,
-                     evidence=[f"the text shows {other.framework}: {other.matched!r}"],
+                     requested_bytes=fig.get("requested_bytes"),
+                     total_bytes=fig.get("total_bytes"), free_bytes=fig.get("free_bytes"),
+                     device=fig.get("device"),
+                     evidence=[f"the text shows {other.framework}: {other.matched!r}"] + says,
                      cannot_tell=["PyTorch's allocator figures: this text is not its message"],
                      details={"framework": other.framework, "form": "not_pytorch_allocator",
                               "what": other.what, "settings": list(other.settings),
-                              "matched": other.matched})
+                              "matched": other.matched, "figures": fig})
 
 
 def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
@@ -188,9 +202,7 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
     if platform.names:
         out.append("platform: " + "; ".join(platform.evidence[n] for n in platform.names))
     if m.form == "mps":
-        out.append(f"MPS allocated {_fmt(f['allocated'])}, other allocations "
-                   f"{_fmt(f['other_allocations'])}, max allowed {_fmt(f['limit'])}; tried to "
-                   f"allocate {_fmt(f['requested'])}" + (f" on the {m.pool} pool" if m.pool else ""))
+        out.extend(_mps_evidence(m, f))
         return out
     where = "" if d.device is None else f" on GPU {d.device}"
     line = [] if d.requested_bytes is None else [
@@ -208,11 +220,14 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
     if held:
         out.append("PyTorch: " + ", ".join(held))
     if f["outside"] is not None:
-        out.append(f"outside this process's allocator (total - free - reserved): "
-                   f"{_fmt(f['outside'])}")
+        out.append(f"outside PyTorch (total - free - reserved: what this process's caching "
+                   f"allocator does not hold): {_fmt(f['outside'])}")
     if m.this_process is not None and f["non_pytorch"] is not None:
-        out.append(f"this process uses {m.this_process.text} in all, {_fmt(f['non_pytorch'])} "
-                   f"of it outside PyTorch's allocator (CUDA context, libraries)")
+        out.append(f"this process uses {m.this_process.text} in all: {_fmt(f['non_pytorch'])} "
+                   f"of the memory outside PyTorch is its own (CUDA context, libraries; P - "
+                   f"reserved)" + ("" if f["outside"] is None else
+                                   f", the other {_fmt(max(f['outside'] - f['non_pytorch'], 0))} "
+                                   f"is other processes', the desktop's or the driver's"))
     for pid, fig in m.other_processes.items():
         line = f"process {pid} holds {fig.text}"
         if pid == me:
@@ -230,6 +245,33 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    "roundup_power2_divisions, garbage_collection_threshold) are not in use")
     if m.hint:
         out.append(f"PyTorch's hint line suggests {m.hint}; it prints that whatever the settings")
+    return out
+
+
+def _mps_evidence(m, f):
+    """What each figure of MPSAllocator.mm's message is, and the sum its limit test takes."""
+    A, O, M, R = f["allocated"], f["other_allocations"], f["limit"], f["requested"]
+    out = [f"MPS allocated {_fmt(A)}: the tensors PyTorch's MPS allocator holds "
+           f"(torch.mps.current_allocated_memory())",
+           f"other allocations {_fmt(O)}: what Metal's driver holds for this process beyond "
+           f"them (the allocator's cached buffers, MPSGraph and other Metal objects; "
+           f"torch.mps.driver_allocated_memory() minus the line above)"]
+    pool = {"private": "the private pool (GPU-only buffers)",
+            "shared": "the shared pool (buffers the CPU also sees)"}.get(m.pool, "")
+    out.append(f"tried to allocate {_fmt(R)}" + (f" from {pool}" if pool else ""))
+    if M is not None:
+        out.append(f"max allowed {_fmt(M)}: the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO "
+                   f"(1.7 by default) x the memory macOS recommends for the GPU (about "
+                   f"{_fmt(round(M / 1.7))} at the default ratio)")
+        if None not in (A, R):
+            used = A + (O or 0) + R
+            gap = used - M
+            out.append(f"the allocator refuses when allocated + other + the request passes it: "
+                       f"{_fmt(A)} + {_fmt(O or 0)} + {_fmt(R)} = {_fmt(used)}, "
+                       + (f"{_fmt(gap)} over" if gap > 0 else f"{_fmt(-gap)} under"
+                          if gap < 0 else "exactly at") + " the limit")
+    else:
+        out.append("no max allowed printed: the ratio is 0.0 (no limit) or the message was cut")
     return out
 
 

@@ -12,7 +12,9 @@ machines (AMD Ryzen AI / Strix Halo, Jetson, Grace Hopper, Apple silicon) share 
 backend reads none of the native allocator's settings.
 
 A new platform is one subclass of :class:`PlatformKind` added to :data:`PLATFORMS` (as vLLM keeps
-one class per platform). Each clue is a literal word or path shape searched once over a bounded
+one class per platform): its clues, its variable, which allocator settings it honours
+(:meth:`PlatformKind.supports`, which also ranks the fixes), its cause and its fixes live there
+and nowhere else. Each clue is a literal word or path shape searched once over a bounded
 window of the text (linear time); :func:`detect` returns the platforms found with the words that
 gave them away.
 """
@@ -50,6 +52,22 @@ class PlatformKind:
     def fixes(self, msg, requested: int) -> list:
         return []
 
+    def supports(self, setting: str) -> str:
+        """Whether this platform's allocator honours ``setting`` (a PYTORCH_*_ALLOC_CONF key):
+        "yes", "no" or "maybe" (only some builds do). The fixes are ranked by it: what surely
+        applies first, what may not after it, what cannot never."""
+        if setting == "expandable_segments":
+            return {"yes": "yes", "no": "no", "rocm": "maybe"}[self.expandable]
+        return "yes"
+
+    def caveat(self, setting: str) -> str | None:
+        """What to know before trying ``setting`` here, when :meth:`supports` says "maybe"."""
+        return None
+
+    def outside_fixes(self, msg) -> list:
+        """This platform's fixes for memory held outside PyTorch (who else holds the card)."""
+        return []
+
 
 class Windows(PlatformKind):
     name, what = "windows", "a Windows path or name"
@@ -67,6 +85,13 @@ class Windows(PlatformKind):
                     how="close other GPU programs (browsers, games, other UIs); in the NVIDIA "
                         "Control Panel set 'CUDA - Sysmem Fallback Policy' to suit (prefer no "
                         "fallback to fail fast, or allow it to run slower); update the driver")]
+
+    def outside_fixes(self, msg):
+        return [Fix("windows_desktop_memory",
+                    "on Windows the desktop (dwm.exe), browsers and other apps hold GPU memory "
+                    "that the message does not list as processes",
+                    how="Task Manager > Performance > GPU > 'Dedicated GPU memory' per process, "
+                        "or nvidia-smi; close the GPU-accelerated apps before the run")]
 
 
 class WSL(PlatformKind):
@@ -92,6 +117,13 @@ class ROCm(PlatformKind):
     expandable = "rocm"
     cause = "the ROCm runtime or driver"
 
+    def caveat(self, setting):
+        if setting == "expandable_segments":
+            return ("on ROCm only PyTorch 2.11 or later built against ROCm 7.0 or newer has "
+                    "them (older builds warn 'expandable_segments not supported on this "
+                    "platform' and ignore the setting)")
+        return None
+
     def fixes(self, msg, requested):
         return [Fix("rocm_driver",
                     "ROCm's free figure on data-centre and consumer cards is the driver's view; "
@@ -103,6 +135,14 @@ class ROCm(PlatformKind):
 
 class XPU(PlatformKind):
     name, what, backend = "xpu", "Intel XPU", "XPU"
+
+    def supports(self, setting):
+        # the XPU allocator reads PYTORCH_XPU_ALLOC_CONF only in recent releases
+        return "no" if setting == "expandable_segments" else "maybe"
+
+    def caveat(self, setting):
+        return "XPU builds before the allocator settings were added ignore the variable"
+
     clue = re.compile(r"\bXPU out of memory|\bIntel\b.{0,20}\bArc\b|\bArc [AB]\d{3}\b|"
                       r"intel_extension_for_pytorch|\bipex\b|Level.Zero|\bxpu\b", re.I)
     ruled_out_by = ("CUDA", "HIP", "MPS")
@@ -146,6 +186,9 @@ class CudaMallocAsync(PlatformKind):
     clue = re.compile(r"backend:cudaMallocAsync|Allocation on device \d* ?would exceed", re.I)
     expandable = "no"
     cause = "the driver's memory pool"
+
+    def supports(self, setting):
+        return "no"         # the driver's pool reads none of the native allocator's settings
 
 
 PLATFORMS = [Windows(), WSL(), ROCm(), XPU(), MPS(), UnifiedMemory(), CudaMallocAsync()]
@@ -191,14 +234,40 @@ class Platform:
 
     @property
     def expandable_segments(self) -> str:
-        """"yes", "no" (the platform has none) or "rocm" (only on recent ROCm builds)."""
-        found = {k.expandable for k in self.kinds}
-        return "no" if "no" in found else "rocm" if "rocm" in found else "yes"
+        """"yes", "no" (the platform has none) or "maybe" (only some builds have them)."""
+        return self.supports("expandable_segments")
 
     @property
     def without_expandable(self) -> str | None:
         """The first platform found that has no expandable segments, or None."""
-        return next((k.name for k in self.kinds if k.expandable == "no"), None)
+        return next((k.name for k in self.kinds if k.supports("expandable_segments") == "no"),
+                    None)
+
+    def outside_fixes(self, msg) -> list:
+        """Every found platform's fixes for memory held outside PyTorch."""
+        return [f for k in self.kinds for f in k.outside_fixes(msg)]
+
+    def caveats(self, setting: str) -> list:
+        """Each found platform's caveat for ``setting`` (see :meth:`PlatformKind.caveat`)."""
+        return [c for k in self.kinds if k.supports(setting) == "maybe"
+                for c in [k.caveat(setting)] if c]
+
+    def supports(self, setting: str) -> str:
+        """The least support any found platform gives ``setting``: "no" over "maybe" over
+        "yes" (a plain CUDA build, no platform found, supports every setting)."""
+        found = {k.supports(setting) for k in self.kinds}
+        return "no" if "no" in found else "maybe" if "maybe" in found else "yes"
+
+    def rank(self, fixes: list) -> list:
+        """``fixes`` with each allocator setting this platform may not honour moved after the
+        fixes that surely apply (a stable order otherwise); the closing "would not help" note
+        stays last."""
+        def maybe(f):
+            key = (f.alloc_conf or "").split(":")[0]
+            return bool(key) and self.supports(key) == "maybe"
+        last = [f for f in fixes if f.name == "not_empty_cache"]
+        body = [f for f in fixes if f.name != "not_empty_cache"]
+        return [f for f in body if not maybe(f)] + [f for f in body if maybe(f)] + last
 
     def fixes(self, msg, requested: int) -> list:
         """Every found platform's fixes for memory the figures say was free, in order."""

@@ -36,26 +36,51 @@ def _conf(platform, setting):
     return f"export {var}={setting}"
 
 
-def _expandable(platform):
+def _expandable(platform, msg=None):
     why = ("the cached free memory is in pieces; with expandable segments each stream's memory "
            "is one segment that grows and shrinks by pages, so freed pages are remapped where "
            "the next request needs them instead of staying stranded")
-    if platform.expandable_segments == "rocm":
-        why += ("; on ROCm only PyTorch 2.11 or later built against ROCm 7.0 or newer has them "
-                "(older builds warn 'expandable_segments not supported on this platform' and "
-                "ignore the setting)")
+    for caveat in platform.caveats("expandable_segments"):
+        why += "; " + caveat
+    if msg is not None and msg.form in ("1.0-1.3", "1.4-2.0"):
+        why += ("; this message's form is PyTorch 2.0 or older, which has no expandable segments "
+                "(they came in 2.1): upgrade first")
     return Fix("expandable_segments", why, how=_conf(platform, "expandable_segments:True"),
                code="torch.cuda.memory._set_allocator_settings('expandable_segments:True')",
                alloc_conf="expandable_segments:True")
 
 
+# c10 (CUDACachingAllocator.cpp): requests up to kSmallSize (1 MiB) go to the small pool, whose
+# 2 MiB segments are split whatever max_split_size says; max_split_size (at least kLargeBuffer,
+# 20 MiB) only keeps large-pool blocks of that size whole for requests of at least that size
+_SMALL_SIZE, _SMALL_BUFFER, _LARGE_BUFFER = 1 << 20, 2 << 20, 20 << 20
+
+
+def max_split_applies(msg, R) -> str | None:
+    """None when max_split_size can help this allocation of ``R`` bytes (as printed), else why
+    not. Forms from 1.4 print c10's alloc_size (2 MiB for a small-pool request, a whole 20 MiB
+    segment for one of 1-10 MiB); 1.0-1.3 printed the rounded request, and read no allocator
+    settings at all (PYTORCH_CUDA_ALLOC_CONF came with max_split_size_mb in 1.10)."""
+    if msg.form == "1.0-1.3":
+        return ("PyTorch 1.0-1.3 (this message's form) reads no PYTORCH_CUDA_ALLOC_CONF: the "
+                "variable came with max_split_size_mb in 1.10")
+    if R <= _SMALL_BUFFER:
+        return (f"the {_s(R)} allocation is the small pool's (requests up to 1 MiB, served from "
+                f"2 MiB segments), where max_split_size does not apply")
+    if R <= _LARGE_BUFFER:
+        return (f"max_split_size is at least 20 MiB and keeps large blocks whole only for "
+                f"requests at least that big; this {_s(R)} allocation is smaller (a 20 MiB "
+                f"segment is what c10 asks for a request of 1-10 MiB)")
+    return None
+
+
 def _max_split(platform, R):
-    split_mb = max(32, 1 << (max(R >> 20, 1).bit_length() - 1))
+    split_mb = max(_LARGE_BUFFER >> 20, 1 << ((R >> 20).bit_length() - 1))
     why = (f"cached blocks of at least max_split_size are never split for smaller requests, "
            f"so big free blocks stay whole for big requests like this {_s(R)} one (a starting "
            f"value: a snapshot lets the doctor search and verify one)")
-    if platform.has("xpu"):
-        why += "; XPU builds before the allocator settings were added ignore the variable"
+    for caveat in platform.caveats("max_split_size_mb"):
+        why += "; " + caveat
     return Fix("max_split_size_mb", why, how=_conf(platform, f"max_split_size_mb:{split_mb}"),
                alloc_conf=f"max_split_size_mb:{split_mb}")
 
@@ -88,7 +113,7 @@ _FRAMEWORK_WORDS = re.compile(r"\bjax(?:lib)?\b|XLA_PYTHON|xla_extension|\btenso
 
 
 def _outside_fixes(f, msg, platform):
-    """Fixes for memory held outside this process's allocator, fitted to what the text shows:
+    """Fixes for memory held outside PyTorch, fitted to what the text shows:
     other processes are named (never the one that is this process), another framework's
     preallocation only when the text shows that framework, a per-process cap only when several
     processes share the card."""
@@ -112,12 +137,13 @@ def _outside_fixes(f, msg, platform):
                            "tf.config.experimental.set_memory_growth"))
     if f.get("outside") is not None:
         out.append(Fix("non_pytorch_memory",
-                       f"{_s(f['outside'])} of the card is held outside this process's "
-                       f"allocator: other processes, library workspaces (cuBLAS, cuDNN, NCCL) "
-                       f"or the desktop",
+                       f"{_s(f['outside'])} of the card is held outside PyTorch (not by this "
+                       f"process's caching allocator): other processes, this process's CUDA "
+                       f"context and library workspaces (cuBLAS, cuDNN, NCCL), the desktop",
                        how="nvidia-smi --query-compute-apps=pid,used_memory shows who holds it; "
                            "torch.cuda.mem_get_info() before the model loads shows what is left "
                            "for this process"))
+    out.extend(platform.outside_fixes(msg))
     if pids:
         out.append(Fix("share_the_card", "several processes share the card: cap each so they fit "
                        "together (the fraction is of the whole card, per process)",
@@ -126,7 +152,13 @@ def _outside_fixes(f, msg, platform):
 
 
 def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list]:
-    """Ranked fixes for ``kind`` and lines naming each fix left out and why."""
+    """Ranked fixes for ``kind`` and lines naming each fix left out and why: the platform ranks
+    them by what it supports (:meth:`~gpumemlab.doctor.message.platform.Platform.rank`)."""
+    found, left_out = _fixes(kind, decision, f, msg, platform)
+    return platform.rank(found), left_out
+
+
+def _fixes(kind, decision, f, msg, platform):
     R = f.get("requested") or 0
     T = f.get("total")
     left_out = []
@@ -134,7 +166,8 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
         left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
                         f"the native caching allocator does)")
     if kind == "unknown":
-        return [], left_out
+        # a platform's own limit still applies to a request over it (an Intel GPU's 4 GiB)
+        return [x for x in platform.fixes(msg, R) if x.name == "per_allocation_limit"], left_out
     if platform.has("mps"):
         return _mps(kind, decision, f), ["CUDA allocator settings (PYTORCH_CUDA_ALLOC_CONF): "
                                          "MPS has its own allocator and reads none of them"]
@@ -168,12 +201,19 @@ def fixes(kind: str, decision: dict, f: dict, msg, platform) -> tuple[list, list
         elif "expandable_segments" in platform.settings_on:
             left_out.append("expandable_segments: the text says it is already on")
         else:
-            settings.append(_expandable(platform))
+            settings.append(_expandable(platform, msg))
         if "max_split_size_mb" in platform.settings_on:
             left_out.append(f"max_split_size_mb: the text says "
                             f"{platform.settings_on['max_split_size_mb']} is already set")
         elif kind == "fragmentation":
-            settings.append(_max_split(platform, R))
+            why_not = max_split_applies(msg, R)
+            if why_not:
+                left_out.append(f"max_split_size_mb: {why_not}")
+            else:
+                settings.append(_max_split(platform, R))
+    if msg.form in ("1.0-1.3", "1.4-2.0"):
+        # that release has no expandable segments: what it has comes first
+        settings.sort(key=lambda x: x.name == "expandable_segments")
     not_empty = Fix("not_empty_cache",
                     "empty_cache() would not help: before raising, the allocator already "
                     "released every cached segment that was wholly free and retried; what stays "

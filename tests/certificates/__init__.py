@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.certificates: signed course certificates and their pages."""

@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.devices: the simulated and real GPU facades, budgets and seeded scenarios."""

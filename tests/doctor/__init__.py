@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.doctor: the OOM message doctor, snapshot mode and gml.growth."""

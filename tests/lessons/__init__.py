@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.lessons: exercises, the lesson 09 recording, gml.experiment and selftest."""

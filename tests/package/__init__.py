@@ -1,0 +1,1 @@
+"""Tests of the package as a whole: its layout, flat API, packaging, docs and top-level modules."""

@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.planner: memory plans from fake CUDA runs."""

@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.recordings: capture, snapshot files, replay and real recordings."""

@@ -1,0 +1,1 @@
+"""Tests of gpumemlab.viz: block maps, timelines, text views, players and fragmentation metrics."""
