@@ -8,7 +8,7 @@ from __future__ import annotations
 from gpumemlab.units import MiB
 
 RIGHT = {
-    "01.ex": ["2 MiB", "3 MiB", 4 * MiB],
+    "01.ex": ["9 MiB", "7 MiB", 3 * MiB + MiB // 4],
     "02.ex": [1, 2, 3, 6],
     "04.ex": [2],
     "10.ex": "out.argmax(1).tolist()",

@@ -73,10 +73,13 @@ def record_step(batch, seq=64, ckpt=False, need_weights=False):
     return rec
 
 
-def step_flops(batch=8, seq=64, ckpt=False) -> dict:
+def step_flops(batch=8, seq=64, ckpt=False, early_stop=True) -> dict:
     """Floating-point operations of one forward and backward, counted by
     ``torch.utils.flop_counter.FlopCounterMode`` (matrix products): {"step": the whole step,
-    "blocks_forward": the blocks' forward pass alone}. Counted, so the same on every machine."""
+    "blocks_forward": the blocks' forward pass alone}. Counted, so the same on every machine.
+    ``early_stop=False`` turns off ``torch.utils.checkpoint.set_checkpoint_early_stop``: by default
+    non-reentrant checkpointing stops recomputing a block once every saved tensor is back."""
+    from torch.utils.checkpoint import set_checkpoint_early_stop
     from torch.utils.flop_counter import FlopCounterMode
     torch.manual_seed(0)
     model = TinyLM(ckpt)
@@ -85,7 +88,7 @@ def step_flops(batch=8, seq=64, ckpt=False) -> dict:
         logits = model(tokens[:, :-1])
     blocks = sum(sum(v.values()) for k, v in counter.get_flop_counts().items()
                  if k.count(".") == 2 and k.startswith("TinyLM.blocks."))
-    with FlopCounterMode(display=False) as counter:
+    with FlopCounterMode(display=False) as counter, set_checkpoint_early_stop(early_stop):
         logits = model(tokens[:, :-1])
         F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1)).backward()
     return {"step": counter.get_total_flops(), "blocks_forward": blocks}

@@ -1,4 +1,4 @@
-"""Lesson 01, the caching allocator: its exercise (three tensors in one 20 MiB segment) and its
+"""Lesson 01, the caching allocator: its exercise (three tensors that fill one 20 MiB segment) and its
 selftest workload ``cache_reuse`` (a loop that frees and re-allocates the same tensors asks the
 driver for segments only in its first step: c10 ``get_free_block`` reuses cached blocks).
 """
@@ -11,15 +11,24 @@ from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
 
-# -- 01: three tensors, one shared 20 MiB segment
-@exercise("01.ex", "three tensors in one 20 MiB segment",
-          "Choose the sizes of three tensors, each of them in the LARGE pool, so that all three "
-          "live in one and the same 20 MiB segment of a fresh card: one cudaMalloc, no more.",
+# -- 01: three tensors that fill one 20 MiB segment, though their sizes add up to less
+# The reasoning asked for is rule 2 (c10 should_split): a large-pool remainder of 1 MiB or less is
+# not split off, so the tensor that leaves it gets the whole block and memory_allocated() counts it.
+FULL_BELOW_01 = 19 * MiB + MiB // 2     # the sizes must add up to at most this
+
+
+@exercise("01.ex", "three tensors that fill one 20 MiB segment",
+          "Choose the sizes of three tensors, each of them in the LARGE pool, so that on a fresh "
+          "card all three live in one 20 MiB segment (one cudaMalloc) and memory_allocated() "
+          "reads the whole 20.00 MiB, although the three sizes you ask for add up to at most "
+          f"{format_size(FULL_BELOW_01)}.",
           "a list of three sizes, like [4 * MiB, '3 MiB', 1234567]",
-          hints=("Which requests are in the large pool? Look at the round_size table.",
-                 "Large requests up to 10 MiB get a 20 MiB segment; the rest of it is split off "
-                 "and serves the next requests.",
-                 "Three sizes a bit over 1 MiB, whose rounded sum stays below 20 MiB."),
+          hints=("Which requests are in the large pool, and which of them share a 20 MiB segment? "
+                 "Look at the round_size table.",
+                 "Rule 2: a large-pool remainder is split off only when it is more than 1 MiB. "
+                 "What happens to a smaller one?",
+                 "Let the third tensor leave a remainder of 1 MiB or less: the block is not split, "
+                 "and the tensor gets the whole rest of the segment."),
           stub=[MiB, MiB, MiB])
 def _judge_01(answer):
     from gpumemlab.allocator.rounding import is_small, round_size
@@ -29,17 +38,25 @@ def _judge_01(answer):
     gpu = SimulatedGPU("8GiB", alloc_conf="")
     live = [gpu.empty(n) for n in sizes]
     segments = gpu.memory_snapshot()
+    allocated = gpu.memory_allocated()
     figures = {"sizes": sizes, "segments": [s["total_size"] for s in segments],
-               "cudaMalloc": gpu.memory_stats()["num_device_alloc"]}
+               "cudaMalloc": gpu.memory_stats()["num_device_alloc"], "allocated": allocated}
     small = [format_size(n) for n in sizes if is_small(round_size(n))]
     if small:
         return False, (f"{', '.join(small)} {'is' if len(small) == 1 else 'are'} in the small "
                        f"pool (at most 1 MiB after rounding)"), figures
     shown = ", ".join(format_size(s) for s in figures["segments"])
     del live
-    if len(segments) == 1 and segments[0]["total_size"] == 20 * MiB:
-        return True, "one cudaMalloc of 20 MiB holds all three tensors", figures
-    return False, f"the card has {len(segments)} segment(s) of {shown}", figures
+    if not (len(segments) == 1 and segments[0]["total_size"] == 20 * MiB):
+        return False, f"the card has {len(segments)} segment(s) of {shown}", figures
+    if sum(sizes) > FULL_BELOW_01:
+        return False, (f"one 20 MiB segment, but your sizes add up to {format_size(sum(sizes))}, "
+                       f"more than {format_size(FULL_BELOW_01)}"), figures
+    if allocated != 20 * MiB:
+        return False, (f"one 20 MiB segment, but memory_allocated() reads {format_size(allocated)}: "
+                       f"{format_size(20 * MiB - allocated)} of it is a free block"), figures
+    return True, (f"sizes adding up to {format_size(sum(sizes))} hold all 20.00 MiB of one "
+                  f"segment: the last remainder was too small to split off"), figures
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)
@@ -112,8 +129,8 @@ question("01.p1", "number", unit="cudaMalloc calls", misconceptions=(
 ))
 question("01.p2", "size", misconceptions=(
     Misconception(lambda a: a - K_SMALL_BUFFER, "2 MiB short: either the 1-byte tensor's own 2 MiB "
-                  "small-pool segment, or the 100 MiB + 1 B tensor's segment, rounded up to a "
-                  "multiple of 2 MiB (102 MiB)."),
+                  "small-pool segment, or the 60 MiB + 1 B tensor's segment, rounded up to a "
+                  "multiple of 2 MiB (62 MiB)."),
     Misconception(lambda a: a - K_LARGE_BUFFER + K_SMALL_BUFFER, "18 MiB short: a 1 MiB + 1 B request is large (over "
                   "1 MiB), so it gets a 20 MiB segment, not a 2 MiB one."),
 ))

@@ -139,34 +139,34 @@ import ipywidgets
 print(f"matplotlib backend: {matplotlib.get_backend()}, ipywidgets {ipywidgets.__version__}")
 
 # %% [markdown]
-# ## The curriculum
+# ## The course map: tracks, times, what each lesson builds on
 #
-# The lessons are meant to be taken in order. The cell below lists the notebooks in this folder,
-# each with the title of its first cell, so the list is always the one you have.
+# Take the lessons in order, or follow a track: **training** (a run that runs out of memory or
+# whose memory grows), **serving** (an inference server) or **teaching** (every lesson, with the
+# graded assignments of `docs/COURSE.md`). The cell below reads the notebooks in this folder and
+# the quiz banks, so the map is always the one you have. A lesson's time is an estimate computed
+# from what it asks of you, at the rates printed under the table; "needs" lists the earlier
+# lessons its text refers to. A class period is 50 minutes: a lesson marked "over one class"
+# takes two sittings (stop after a reveal, not before one).
 
 # %%
-import json
-import pathlib
+from gpumemlab.lessons import course_map as cm
 
-def lesson_titles(folder=None):
-    """{"NN": title} for every lesson notebook in `folder` (default: here), from its first cell."""
-    titles = {}
-    for path in sorted(pathlib.Path(folder or pathlib.Path.cwd()).glob("[0-9][0-9]_*.ipynb")):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        heading = next(c for c in cells if c["cell_type"] == "markdown")["source"]
-        first = (heading if isinstance(heading, str) else "".join(heading)).splitlines()[0]
-        titles[path.name[:2]] = first.lstrip("# ").split(" · ", 1)[-1]
-    return titles
-
-curriculum = lesson_titles()
-for number, title in curriculum.items():
-    print(f"{number}  {title}")
+curriculum = cm.course_map()
+cm.print_course_map(curriculum)
+print(f"rates: {cm.WORDS_PER_MINUTE} words/min of text, {cm.CODE_LINES_PER_MINUTE} code lines/min, "
+      f"{cm.MINUTES_PER_PREDICTION} min a prediction, {cm.MINUTES_PER_EXERCISE} min an exercise, "
+      f"{cm.MINUTES_PER_QUIZ_QUESTION} min a quiz question")
 if not curriculum:
     print("no lesson notebooks in this folder: open this notebook from the kit's notebooks/ folder")
+else:
+    print(f"next: {min(n for n in curriculum if n > '00')} {curriculum[min(n for n in curriculum if n > '00')]['title']}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 from gpumemlab.quizkit.bank import quizzes_dir
 assert list(curriculum) == sorted(p.name[:2] for p in quizzes_dir().glob("[0-9][0-9]_*.yaml"))
+assert all(n in curriculum for numbers, _why in cm.TRACKS.values() for n in numbers.split())
+assert all(lesson["minutes"] > 0 and lesson["tracks"] for lesson in curriculum.values())
 
 # %% [markdown]
 # Each notebook ends with a short quiz: widgets in JupyterLab, plain text when headless. Answer

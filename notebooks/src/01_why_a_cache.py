@@ -199,8 +199,8 @@ assert get_allocation_size(round_size(10 * MiB + 1)) == 12 * MiB   # own segment
 # ## The same rules on a device
 #
 # Three tensors, one from each size class, on a fresh card: 1 byte, 1 MiB + 1 byte and
-# 100 MiB + 1 byte. Watch `memory_allocated()` (the rounded block sizes) against
-# `memory_reserved()` (the segments). Use the table to predict the second.
+# 60 MiB + 1 byte (a size the table does not list: apply its rules). Watch `memory_allocated()`
+# (the rounded block sizes) against `memory_reserved()` (the segments), and predict the second.
 
 # %% tags=["predict"]
 gml.predict("01.p2", "After the three tensors, how much will memory_reserved() be?")
@@ -209,7 +209,7 @@ gml.predict("01.p2", "After the three tensors, how much will memory_reserved() b
 sim = gml.SimulatedGPU("8GiB", alloc_conf="")
 a = sim.empty(1)                 # small pool: a 2 MiB segment
 b = sim.empty(MiB + 1)           # large pool, below 10 MiB: a 20 MiB segment
-c = sim.empty(100 * MiB + 1)     # large pool, > 10 MiB: its own 102 MiB segment
+c = sim.empty(60 * MiB + 1)      # large pool, > 10 MiB: its own 62 MiB segment
 for seg in sim.memory_snapshot():
     blocks = ", ".join(f"{gml.format_size(bl['size'])} {bl['state']}" for bl in seg["blocks"])
     print(f"{seg['segment_type']:5} segment {gml.format_size(seg['total_size']):>11}: {blocks}")
@@ -218,7 +218,7 @@ print(f"allocated {gml.format_size(sim.memory_allocated())}, "
 gml.reveal("01.p2", sim.memory_reserved())
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert sim.memory_reserved() == 2 * MiB + 20 * MiB + 102 * MiB
+assert sim.memory_reserved() == 2 * MiB + 20 * MiB + 62 * MiB
 
 # %% [markdown]
 # ## Rule 2: split the block, keep the rest (`should_split`)
@@ -236,8 +236,9 @@ after = sim.memory_stats()["num_device_alloc"]
 seg20 = next(s for s in sim.memory_snapshot() if s["total_size"] == 20 * MiB)
 print(f"10 more 1 MiB tensors: {after - before} new segment(s); the 20 MiB segment now has "
       f"{len(seg20['blocks'])} blocks, {gml.format_size(seg20['allocated_size'])} allocated")
-tail = next(s for s in sim.memory_snapshot() if s["total_size"] == 102 * MiB)
-print(f"and {len(tail['blocks']) - 1} of them went into the 2 MiB tail of the 102 MiB segment: "
+tail = next(s for s in sim.memory_snapshot() if s["total_size"] == get_allocation_size(round_size(60 * MiB + 1)))
+print(f"and {len(tail['blocks']) - 1} of them went into the 2 MiB tail of the "
+      f"{gml.format_size(tail['total_size'])} segment: "
       f"the smallest free block that fits wins (best fit, rule 3 below)")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -253,7 +254,7 @@ assert after == before
 # %%
 address = c.address
 del c
-c2 = sim.empty(100 * MiB + 1)
+c2 = sim.empty(60 * MiB + 1)
 print(f"freed at {address:#x}, new tensor at {c2.address:#x}: "
       f"{'same block' if c2.address == address else 'different block'}")
 
@@ -313,7 +314,7 @@ assert sim.memory_reserved() > sim.memory_allocated()
 #
 # * `seg_1 = cudaMalloc(20.00 MiB)`: a new segment, named in the order segments appear;
 # * `b = seg_1[0:1.00 MiB]`: tensor `b` is the block at offset 0 of `seg_1`, 1 MiB long
-#   (the rounded size); `f = seg_2[100.00 MiB:1.00 MiB]` starts 100 MiB into `seg_2`;
+#   (the rounded size); `f = seg_2[60.00 MiB:1.00 MiB]` starts 60 MiB into `seg_2`;
 # * `del b`: its free; the block goes back to the cache, not to the driver.
 
 # %%
@@ -333,10 +334,11 @@ fig
 # The 1-byte tensor `a` is the thin blue mark at the start of the 2 MiB small segment: drawn to
 # scale it would be 1/4096 of the band, so the map widens every block to a visible minimum.
 #
-# ## Exercise: three tensors, one segment
+# ## Exercise: three tensors that fill one segment
 #
 # Change `my_sizes` so that three tensors, all in the large pool, live in one 20 MiB segment of
-# a fresh card: one `cudaMalloc`, no more. The check runs your sizes on the simulated GPU.
+# a fresh card and `memory_allocated()` reads the whole 20 MiB, although the sizes you ask for
+# add up to less (the task says how much less). The check runs your sizes on the simulated GPU.
 
 # %% tags=["exercise"]
 gml.exercise("01.ex")

@@ -1,8 +1,9 @@
 # %% [markdown]
 # # 09 · Diagnose your own run
 #
-# A training or serving job died with `CUDA out of memory`, and the numbers in the message say
-# that memory was free. This notebook is the workflow for that moment:
+# A training or serving job died with `CUDA out of memory`. Was the card too small for the work,
+# or was memory free that the request could not use? This notebook is the workflow for that
+# moment:
 #
 # 1. **record** the run's memory history and **dump** a snapshot when it fails;
 # 2. **load** the snapshot and read the evidence (notebook 03) at the moment of the failure;

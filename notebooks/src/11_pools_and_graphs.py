@@ -433,6 +433,12 @@ for conf in ("", "expandable_segments:True"):
     print(f"{conf or 'defaults':25}: {fmt(lo)} to {fmt(hi)} over {len(values)} orders; "
           f"{sum(r == lo for r in values.values())} orders reach the minimum, e.g. "
           f"{list(min(values, key=values.get))}")
+default_orders = {o: r for (c, o), r in all_orders.items() if not c}
+at_minimum = {o for o, r in default_orders.items() if r == min(default_orders.values())}
+eight_before_four = {o for o in default_orders if o.index(8) < o.index(4)}
+print(f"defaults: the {len(at_minimum)} orders at the minimum are "
+      f"{'exactly' if at_minimum == eight_before_four else 'not'} the {len(eight_before_four)} "
+      f"that capture 8 before 4; of these, {sum(o[0] == 8 for o in at_minimum)} capture 8 first")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 es_values = [r for (c, o), r in all_orders.items() if c]
@@ -440,6 +446,7 @@ def_values = [r for (c, o), r in all_orders.items() if not c]
 assert len(es_values) == len(def_values) == 24
 assert min(es_values) < min(def_values) and max(es_values) < max(def_values)
 assert max(es_values) > min(es_values)          # the order still matters with expandable segments
+assert at_minimum == eight_before_four and any(o[0] != 8 for o in at_minimum)
 
 # %% [markdown]
 # ## On your GPU: graphs captured into one shared pool
@@ -462,7 +469,9 @@ print(gml.experiment("graph_capture_order", gpu))
 #   never serves another (except a `use_on_oom` pool lending its cache).
 # * Expandable segments return free pages, but a live block pins the pages under it.
 # * A CUDA graph's pool stays reserved while any graph sharing it lives; capture the largest batch
-#   first so that the others fit inside what it freed.
+#   before the next largest, so that it fits inside what the largest freed. Largest first is one
+#   such order, not the only one: the 24 orders above reach the minimum whenever 8 comes before 4,
+#   wherever the two smallest batches go.
 
 # %%
 gml.quiz("11")

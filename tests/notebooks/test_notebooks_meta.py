@@ -230,12 +230,29 @@ def test_no_empty_markdown_cell(name):
 
 
 def test_lesson_00_lists_the_curriculum_from_the_notebooks_present():
-    # the list is computed by a cell of lesson 00, never typed: run that cell's function here
-    cell = next(c for c in _code_cells(_read("00_setup")) if "def lesson_titles" in c.source)
-    namespace = {}
-    exec(cell.source.split("curriculum = ")[0], namespace)
-    titles = namespace["lesson_titles"](NOTEBOOK_DIR)
-    assert list(titles) == [name[:2] for name in CURRICULUM]
+    # the course map is computed from the notebooks present, never typed: lesson 00 prints it
+    from gpumemlab.lessons.course_map import course_map
+    assert "cm.course_map()" in "".join(c.source for c in _code_cells(_read("00_setup")))
+    lessons = course_map(NOTEBOOK_DIR)
+    assert list(lessons) == [name[:2] for name in CURRICULUM]
     for name in CURRICULUM:
         first_line = (SOURCE_DIR / f"{name}.py").read_text(encoding="utf-8").splitlines()[1]
-        assert first_line.endswith(titles[name[:2]]), (name, titles[name[:2]])
+        assert first_line.endswith(lessons[name[:2]]["title"]), (name, lessons[name[:2]]["title"])
+        assert lessons[name[:2]]["tracks"], f"{name} is on no track"
+
+
+def test_course_map_times_follow_the_work(tmp_path):
+    # a copy of lesson 02 with one more prediction and 240 more words takes exactly that much longer
+    import json
+    from gpumemlab.lessons import course_map as cm
+    nb = json.loads((NOTEBOOK_DIR / "02_fragmentation.ipynb").read_text(encoding="utf-8"))
+    before = cm.lesson_work(NOTEBOOK_DIR / "02_fragmentation.ipynb")
+    nb["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "word " * 240 + "notebook 01"})
+    nb["cells"].append({"cell_type": "code", "metadata": {"tags": ["predict"]}, "source": "x = 1",
+                        "outputs": [], "execution_count": None})
+    (tmp_path / "02_fragmentation.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+    after = cm.lesson_work(tmp_path / "02_fragmentation.ipynb")
+    assert after["predictions"] == before["predictions"] + 1 and "01" in after["needs"]
+    gained = cm.minutes(after, 0) - cm.minutes(before, 0)
+    assert gained == pytest.approx(240 / cm.WORDS_PER_MINUTE + 2 / cm.WORDS_PER_MINUTE
+                                   + 1 / cm.CODE_LINES_PER_MINUTE + cm.MINUTES_PER_PREDICTION)
