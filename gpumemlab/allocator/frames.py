@@ -3,7 +3,8 @@
 
 :func:`capture` walks the caller's frames with ``sys._getframe`` (no file system, no source
 lines) and returns one flat tuple ``(code, line, code, line, ...)``, innermost first, shared by
-every capture with the same call stack (interned by the frames' code objects and line numbers).
+every capture with the same call stack. The walk reads only each frame's code and instruction
+offset, which key a cache; lines are computed (and kept frames picked) once per distinct stack.
 It is a plain tuple of objects the garbage collector does not track (code objects, ints), so a
 history entry holding it is untracked too and long histories add nothing to collections. A
 snapshot turns it into PyTorch's frame dicts ``{"filename", "line", "name"}`` with
@@ -18,8 +19,10 @@ import sys
 from types import CodeType
 
 _CACHE_LIMIT = 50_000  # entries per cache before it is emptied (bounds memory, loses sharing)
-_code_outside: dict = {}  # id(code) -> (code, skip_prefix, bool: the code is outside it)
-_stacks: dict = {}  # (id(code), line, ...) -> captured frames holding those codes (ids stay unique)
+# (skip_prefix, limit, id(code), f_lasti, ...) of a window -> (its captured frames, its codes)
+_stacks: dict = {}
+_stacks_by_line: dict = {}  # (id(code), line, ...) -> the same, for captures under a tracer
+_distinct: dict = {}  # captured frames -> the one tuple of those frames
 
 
 def is_captured(context) -> bool:
@@ -81,59 +84,57 @@ def _plain(frame: dict) -> bool:
     return True
 
 
-def _outside(code, skip_prefix: str) -> bool:
-    if len(_code_outside) >= _CACHE_LIMIT:
-        _code_outside.clear()
-    outside = not code.co_filename.startswith(skip_prefix)
-    _code_outside[id(code)] = (code, skip_prefix, outside)
-    return outside
-
-
-def capture(skip_prefix: str, limit: int = 12) -> tuple:
+def capture(skip_prefix: str, limit: int = 12, depth: int = 0) -> tuple:
     """The caller's frames outside ``skip_prefix`` (a directory), innermost first: at most
     ``limit`` of them, found among the ``limit + 8`` innermost frames counted from this
-    function's own (as ``traceback.extract_stack(limit=limit + 8)`` called here would)."""
-    f = sys._getframe()
-    key = []
-    kept = 0
-    window = limit + 8
-    lookup = _code_outside.get
+    function's own (as ``traceback.extract_stack(limit=limit + 8)`` called here would).
+
+    ``depth``: how many of the innermost frames, this function's own first, are known to lie
+    inside ``skip_prefix`` (the kit's callers pass this one and theirs), skipped without being
+    looked at; they still count in the window, so the result is the same as with ``depth=0``."""
+    f = sys._getframe(depth)
+    window = limit + 8 - depth
+    # The key is every frame of the window as (id(code), f_lasti): the instruction offset fixes
+    # the line (f_lineno is computed from it by scanning the code's line table, the costly part
+    # of a walk) and the codes fix which frames are kept, so the frames are worked out once per
+    # distinct window. Under a tracer (a debugger, coverage) a frame's f_lineno can be the
+    # tracer's, so there the lines themselves key a cache of their own.
+    untraced = sys.gettrace() is None
+    stacks = _stacks if untraced else _stacks_by_line
+    key = [skip_prefix, limit]
+    append = key.append
     while f is not None and window:
-        code = f.f_code
-        known = lookup(id(code))
-        if known is not None and known[0] is code and known[1] is skip_prefix:
-            outside = known[2]
-        else:
-            outside = _outside(code, skip_prefix)
-        if outside:
-            key.append(id(code))
-            key.append(f.f_lineno or 0)
-            kept += 1
-            if kept == limit:
-                break
+        append(id(f.f_code))
+        append(f.f_lasti if untraced else f.f_lineno)
         f = f.f_back
         window -= 1
     key = tuple(key)
-    frames = _stacks.get(key)
-    if frames is None:
-        frames = _intern(key, skip_prefix, limit)
-    return frames
+    known = stacks.get(key)
+    if known is None:
+        known = _intern(key, stacks, sys._getframe(depth), limit + 8 - depth, skip_prefix, limit)
+    return known[0]
 
 
-def _intern(key: tuple, skip_prefix: str, limit: int) -> tuple:
-    # Walk again (same frames, same lines: we are still inside the capturing call) to take the
-    # code objects themselves; the tuple holds them, so their ids in `key` cannot be reused.
-    f = sys._getframe(1)  # capture's own frame, where its walk began
+def _intern(key: tuple, stacks: dict, f, window: int, skip_prefix: str, limit: int) -> tuple:
+    # Walk the same frames again (same lines: we are still inside the capturing call) to take
+    # the code objects themselves. The cache keeps every code of the window beside the frames,
+    # so the ids in `key` cannot be reused while it holds them.
     out = []
-    window = limit + 8
-    while f is not None and window and len(out) < len(key):
-        if not f.f_code.co_filename.startswith(skip_prefix):
-            out.append(f.f_code)
+    codes = []
+    while f is not None and window:
+        code = f.f_code
+        codes.append(code)
+        if len(out) < 2 * limit and not code.co_filename.startswith(skip_prefix):
+            out.append(code)
             out.append(f.f_lineno or 0)
         f = f.f_back
         window -= 1
     frames = tuple(out)
-    if len(_stacks) >= _CACHE_LIMIT:
-        _stacks.clear()
-    _stacks[key] = frames
-    return frames
+    # Different windows can keep the same frames (they differ past the last frame kept, or only
+    # in the kit's frames): one tuple per distinct stack, as c10 shares a CapturedTraceback.
+    if len(stacks) >= _CACHE_LIMIT:
+        stacks.clear()
+        _distinct.clear()
+    frames = _distinct.setdefault(frames, frames)
+    known = stacks[key] = (frames, tuple(codes))
+    return known
