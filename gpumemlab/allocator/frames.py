@@ -3,8 +3,8 @@
 
 :func:`capture` walks the caller's frames with ``sys._getframe`` (no file system, no source
 lines) and returns one flat tuple ``(code, line, code, line, ...)``, innermost first, shared by
-every capture with the same call stack. The walk reads only each frame's code and instruction
-offset, which key a cache; lines are computed (and kept frames picked) once per distinct stack.
+every capture with the same call stack. The walk reads each frame's code and, for the frames
+kept, the instruction offset, which key a cache; lines are computed once per distinct stack.
 It is a plain tuple of objects the garbage collector does not track (code objects, ints), so a
 history entry holding it is untracked too and long histories add nothing to collections. A
 snapshot turns it into PyTorch's frame dicts ``{"filename", "line", "name"}`` with
@@ -19,8 +19,7 @@ import sys
 from types import CodeType
 
 _CACHE_LIMIT = 50_000  # entries per cache before it is emptied (bounds memory, loses sharing)
-# (skip_prefix, limit, id(code), f_lasti, ...) of a window -> (its captured frames, its codes)
-_stacks: dict = {}
+_stacks: dict = {}  # (id(code), f_lasti, ...) -> captured frames holding those codes (ids stay unique)
 _stacks_by_line: dict = {}  # (id(code), line, ...) -> the same, for captures under a tracer
 _distinct: dict = {}  # captured frames -> the one tuple of those frames
 
@@ -84,6 +83,22 @@ def _plain(frame: dict) -> bool:
     return True
 
 
+# Per skip prefix: id(code) -> code, for codes outside it and for codes inside it. A value is
+# trusted only when it is the very code object (an id can be reused once a code is gone).
+_classified: dict = {}  # skip_prefix -> (outside, inside)
+
+
+def _classify(code, skip_prefix: str, outside: dict, inside: dict) -> bool:
+    if len(outside) + len(inside) >= _CACHE_LIMIT:
+        outside.clear()
+        inside.clear()
+    if code.co_filename.startswith(skip_prefix):
+        inside[id(code)] = code
+        return False
+    outside[id(code)] = code
+    return True
+
+
 def capture(skip_prefix: str, limit: int = 12, depth: int = 0) -> tuple:
     """The caller's frames outside ``skip_prefix`` (a directory), innermost first: at most
     ``limit`` of them, found among the ``limit + 8`` innermost frames counted from this
@@ -94,47 +109,54 @@ def capture(skip_prefix: str, limit: int = 12, depth: int = 0) -> tuple:
     looked at; they still count in the window, so the result is the same as with ``depth=0``."""
     f = sys._getframe(depth)
     window = limit + 8 - depth
-    # The key is every frame of the window as (id(code), f_lasti): the instruction offset fixes
-    # the line (f_lineno is computed from it by scanning the code's line table, the costly part
-    # of a walk) and the codes fix which frames are kept, so the frames are worked out once per
-    # distinct window. Under a tracer (a debugger, coverage) a frame's f_lineno can be the
-    # tracer's, so there the lines themselves key a cache of their own.
+    classes = _classified.get(skip_prefix)
+    if classes is None:
+        classes = _classified[skip_prefix] = ({}, {})
+    outside, inside = classes
+    is_out = outside.get
+    is_in = inside.get
+    # Each kept frame is keyed by (id(code), f_lasti): the instruction offset fixes the line
+    # (f_lineno is computed from it by scanning the code's line table, the costly part of a
+    # walk), so lines are looked up once per distinct stack. Under a tracer (a debugger,
+    # coverage) a frame's f_lineno can be the tracer's, so there lines key a cache of their own.
     untraced = sys.gettrace() is None
     stacks = _stacks if untraced else _stacks_by_line
-    key = [skip_prefix, limit]
+    key = []
     append = key.append
+    wanted = 2 * limit
     while f is not None and window:
-        append(id(f.f_code))
-        append(f.f_lasti if untraced else f.f_lineno)
+        code = f.f_code
+        i = id(code)
+        if is_out(i) is code or (is_in(i) is not code
+                                 and _classify(code, skip_prefix, outside, inside)):
+            append(i)
+            append(f.f_lasti if untraced else f.f_lineno)
+            if len(key) == wanted:
+                break
         f = f.f_back
         window -= 1
     key = tuple(key)
-    known = stacks.get(key)
-    if known is None:
-        known = _intern(key, stacks, sys._getframe(depth), limit + 8 - depth, skip_prefix, limit)
-    return known[0]
+    frames = stacks.get(key)
+    if frames is None:
+        frames = _intern(key, stacks, sys._getframe(depth), limit + 8 - depth, skip_prefix)
+    return frames
 
 
-def _intern(key: tuple, stacks: dict, f, window: int, skip_prefix: str, limit: int) -> tuple:
+def _intern(key: tuple, stacks: dict, f, window: int, skip_prefix: str) -> tuple:
     # Walk the same frames again (same lines: we are still inside the capturing call) to take
-    # the code objects themselves. The cache keeps every code of the window beside the frames,
-    # so the ids in `key` cannot be reused while it holds them.
+    # the code objects themselves; the tuple holds them, so their ids in `key` cannot be reused.
     out = []
-    codes = []
-    while f is not None and window:
-        code = f.f_code
-        codes.append(code)
-        if len(out) < 2 * limit and not code.co_filename.startswith(skip_prefix):
-            out.append(code)
+    while f is not None and window and len(out) < len(key):
+        if not f.f_code.co_filename.startswith(skip_prefix):
+            out.append(f.f_code)
             out.append(f.f_lineno or 0)
         f = f.f_back
         window -= 1
     frames = tuple(out)
-    # Different windows can keep the same frames (they differ past the last frame kept, or only
-    # in the kit's frames): one tuple per distinct stack, as c10 shares a CapturedTraceback.
     if len(stacks) >= _CACHE_LIMIT:
         stacks.clear()
         _distinct.clear()
-    frames = _distinct.setdefault(frames, frames)
-    known = stacks[key] = (frames, tuple(codes))
-    return known
+    # Two calls on one line have different offsets but the same frames: one tuple per distinct
+    # stack, as c10 shares one CapturedTraceback.
+    frames = stacks[key] = _distinct.setdefault(frames, frames)
+    return frames
