@@ -3,7 +3,8 @@
 
 :func:`capture` walks the caller's frames with ``sys._getframe`` (no file system, no source
 lines) and returns one flat tuple ``(code, line, code, line, ...)``, innermost first, shared by
-every capture with the same call stack (interned by the frames' code objects and line numbers).
+every capture with the same call stack. The walk reads each frame's code and, for the frames
+kept, the instruction offset, which key a cache; lines are computed once per distinct stack.
 It is a plain tuple of objects the garbage collector does not track (code objects, ints), so a
 history entry holding it is untracked too and long histories add nothing to collections. A
 snapshot turns it into PyTorch's frame dicts ``{"filename", "line", "name"}`` with
@@ -18,8 +19,9 @@ import sys
 from types import CodeType
 
 _CACHE_LIMIT = 50_000  # entries per cache before it is emptied (bounds memory, loses sharing)
-_code_outside: dict = {}  # id(code) -> (code, skip_prefix, bool: the code is outside it)
-_stacks: dict = {}  # (id(code), line, ...) -> captured frames holding those codes (ids stay unique)
+_stacks: dict = {}  # (id(code), f_lasti, ...) -> captured frames holding those codes (ids stay unique)
+_stacks_by_line: dict = {}  # (id(code), line, ...) -> the same, for captures under a tracer
+_distinct: dict = {}  # captured frames -> the one tuple of those frames
 
 
 def is_captured(context) -> bool:
@@ -81,51 +83,69 @@ def _plain(frame: dict) -> bool:
     return True
 
 
-def _outside(code, skip_prefix: str) -> bool:
-    if len(_code_outside) >= _CACHE_LIMIT:
-        _code_outside.clear()
-    outside = not code.co_filename.startswith(skip_prefix)
-    _code_outside[id(code)] = (code, skip_prefix, outside)
-    return outside
+# Per skip prefix: id(code) -> code, for codes outside it and for codes inside it. A value is
+# trusted only when it is the very code object (an id can be reused once a code is gone).
+_classified: dict = {}  # skip_prefix -> (outside, inside)
 
 
-def capture(skip_prefix: str, limit: int = 12) -> tuple:
+def _classify(code, skip_prefix: str, outside: dict, inside: dict) -> bool:
+    if len(outside) + len(inside) >= _CACHE_LIMIT:
+        outside.clear()
+        inside.clear()
+    if code.co_filename.startswith(skip_prefix):
+        inside[id(code)] = code
+        return False
+    outside[id(code)] = code
+    return True
+
+
+def capture(skip_prefix: str, limit: int = 12, depth: int = 0) -> tuple:
     """The caller's frames outside ``skip_prefix`` (a directory), innermost first: at most
     ``limit`` of them, found among the ``limit + 8`` innermost frames counted from this
-    function's own (as ``traceback.extract_stack(limit=limit + 8)`` called here would)."""
-    f = sys._getframe()
+    function's own (as ``traceback.extract_stack(limit=limit + 8)`` called here would).
+
+    ``depth``: how many of the innermost frames, this function's own first, are known to lie
+    inside ``skip_prefix`` (the kit's callers pass this one and theirs), skipped without being
+    looked at; they still count in the window, so the result is the same as with ``depth=0``."""
+    f = sys._getframe(depth)
+    window = limit + 8 - depth
+    classes = _classified.get(skip_prefix)
+    if classes is None:
+        classes = _classified[skip_prefix] = ({}, {})
+    outside, inside = classes
+    is_out = outside.get
+    is_in = inside.get
+    # Each kept frame is keyed by (id(code), f_lasti): the instruction offset fixes the line
+    # (f_lineno is computed from it by scanning the code's line table, the costly part of a
+    # walk), so lines are looked up once per distinct stack. Under a tracer (a debugger,
+    # coverage) a frame's f_lineno can be the tracer's, so there lines key a cache of their own.
+    untraced = sys.gettrace() is None
+    stacks = _stacks if untraced else _stacks_by_line
     key = []
-    kept = 0
-    window = limit + 8
-    lookup = _code_outside.get
+    append = key.append
+    wanted = 2 * limit
     while f is not None and window:
         code = f.f_code
-        known = lookup(id(code))
-        if known is not None and known[0] is code and known[1] is skip_prefix:
-            outside = known[2]
-        else:
-            outside = _outside(code, skip_prefix)
-        if outside:
-            key.append(id(code))
-            key.append(f.f_lineno or 0)
-            kept += 1
-            if kept == limit:
+        i = id(code)
+        if is_out(i) is code or (is_in(i) is not code
+                                 and _classify(code, skip_prefix, outside, inside)):
+            append(i)
+            append(f.f_lasti if untraced else f.f_lineno)
+            if len(key) == wanted:
                 break
         f = f.f_back
         window -= 1
     key = tuple(key)
-    frames = _stacks.get(key)
+    frames = stacks.get(key)
     if frames is None:
-        frames = _intern(key, skip_prefix, limit)
+        frames = _intern(key, stacks, sys._getframe(depth), limit + 8 - depth, skip_prefix)
     return frames
 
 
-def _intern(key: tuple, skip_prefix: str, limit: int) -> tuple:
-    # Walk again (same frames, same lines: we are still inside the capturing call) to take the
-    # code objects themselves; the tuple holds them, so their ids in `key` cannot be reused.
-    f = sys._getframe(1)  # capture's own frame, where its walk began
+def _intern(key: tuple, stacks: dict, f, window: int, skip_prefix: str) -> tuple:
+    # Walk the same frames again (same lines: we are still inside the capturing call) to take
+    # the code objects themselves; the tuple holds them, so their ids in `key` cannot be reused.
     out = []
-    window = limit + 8
     while f is not None and window and len(out) < len(key):
         if not f.f_code.co_filename.startswith(skip_prefix):
             out.append(f.f_code)
@@ -133,7 +153,10 @@ def _intern(key: tuple, skip_prefix: str, limit: int) -> tuple:
         f = f.f_back
         window -= 1
     frames = tuple(out)
-    if len(_stacks) >= _CACHE_LIMIT:
-        _stacks.clear()
-    _stacks[key] = frames
+    if len(stacks) >= _CACHE_LIMIT:
+        stacks.clear()
+        _distinct.clear()
+    # Two calls on one line have different offsets but the same frames: one tuple per distinct
+    # stack, as c10 shares one CapturedTraceback.
+    frames = stacks[key] = _distinct.setdefault(frames, frames)
     return frames

@@ -168,8 +168,8 @@ class SimulatedGPU(PoolsAPI, HostAPI):
             raise SizeTooLargeError("CUDA out of memory. Tried to allocate more than 1EB memory.",
                                     requested_size=nbytes, device=self.device_index)
         # Frames are captured only when the allocator keeps them (c10 maybeGatherContext).
-        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
-                   and self.allocator.record_context_ >= _tr.STATE else None)
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT, 2) if self.record_frames
+                   and self.allocator.record_context_ >= _tr.STATE else None)  # 2: capture, empty
         try:
             with self._lock:
                 block = self.allocator.malloc(nbytes, stream, context)
@@ -185,7 +185,8 @@ class SimulatedGPU(PoolsAPI, HostAPI):
         allocation.free()
 
     def _free_block(self, block) -> None:
-        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
+        # Called only by Allocation.free: capture, this frame and that one are the kit's.
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT, 3) if self.record_frames
                    and self.allocator.record_context_ >= _tr.ALL else None)
         with self._lock:
             self.allocator.free(block, context)
@@ -257,7 +258,7 @@ class SimulatedGPU(PoolsAPI, HostAPI):
         return snap
 
     def empty_cache(self) -> None:
-        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT) if self.record_frames
+        context = (_capture_frames(_PACKAGE_DIR, _FRAME_LIMIT, 2) if self.record_frames
                    and self.allocator.record_context_ >= _tr.ALL else None)
         with self._lock:
             self.allocator.empty_cache(context)

@@ -13,10 +13,12 @@ from gpumemlab.allocator import frames as frames_mod
 from gpumemlab.devices import simulated
 
 
-def traceback_capture(skip_prefix, limit=12):
+def traceback_capture(skip_prefix, limit=12, depth=0):
     """The former capture, from traceback.extract_stack (file system, source lines): the
     ``limit + 8`` innermost frames counted from the capturing function's own (here the caller's
-    frame, since this oracle is not under ``skip_prefix``), outside ``skip_prefix``."""
+    frame, since this oracle is not under ``skip_prefix``), outside ``skip_prefix``. It looks at
+    every frame: ``depth`` (the callers' count of their own frames to skip) is ignored, so the
+    comparison checks that skipping them changes nothing."""
     out = []
     for fs in reversed(traceback.extract_stack(f=sys._getframe(1), limit=limit + 7)):
         if fs.filename.startswith(skip_prefix):
