@@ -36,8 +36,8 @@ from nobody_python import python_for_nobody  # noqa: E402
 from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
 from gpumemlab.classroom.grade import StudentResult  # noqa: E402
-from gpumemlab.classroom.gradescope_metadata import MetadataError, read_times  # noqa: E402
-from gpumemlab.classroom.gradescope_results import results as gs_results  # noqa: E402
+from gpumemlab.classroom.gradescope.metadata import MetadataError, read_times  # noqa: E402
+from gpumemlab.classroom.gradescope.results import results as gs_results  # noqa: E402
 from gpumemlab.cli import main  # noqa: E402
 
 needs_sandbox = pytest.mark.skipif(
@@ -98,8 +98,8 @@ def test_the_zip_holds_what_gradescope_runs(packed):
     kit.write_bytes(files[wheel[0]][0])
     with zipfile.ZipFile(kit) as zf:   # the kit of this checkout, grader and quiz banks in it
         names = set(zf.namelist())
-        assert zf.read("gpumemlab/classroom/gradescope_run.py") == \
-            (ROOT / "gpumemlab/classroom/gradescope_run.py").read_bytes()
+        assert zf.read("gpumemlab/classroom/gradescope/run.py") == \
+            (ROOT / "gpumemlab/classroom/gradescope/run.py").read_bytes()
     assert any(n.startswith("gpumemlab/quizkit/banks/") for n in names)
 
 
@@ -307,7 +307,7 @@ def _check(root: Path, path=None):
     env = dict(os.environ, GPUMEMLAB_AUTOGRADER_ROOT=str(root), PYTHONPATH=str(ROOT))
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
+    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope.run",
                            "--check"], env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -5,10 +5,10 @@ only; the teacher's files are only ever read), rebuild the notebook from the sou
 and run the notebook executor (``runner``), kernel and all, inside a bubblewrap sandbox
 (``isolation``) that sees only the system, the student kit and that copy. The executor sends back
 JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
-answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
+answers are judged here (``verdicts``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Without the sandbox (``--no-sandbox``) a root grader runs each executor as an unprivileged uid
-of its own (``unprivileged``, ``worker``).
+of its own (``isolation.unprivileged``, ``isolation.worker``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import isolation, unprivileged, variants
+from . import isolation, variants
+from .isolation import unprivileged
 from .build import build_graded, student_answers, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
-from .worker import decode as _decode
-from .worker import run_worker as _run_worker
+from .isolation.worker import decode as _decode
+from .isolation.worker import run_worker as _run_worker
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -85,7 +86,7 @@ class GradingRun:
     sandbox: bool
     deny_roots: list
     limits: dict
-    judges: object = None            # judging.JudgePool: answers judged in limited children
+    judges: object = None            # judge_pool.JudgePool: answers judged in limited children
     variants: dict = field(default_factory=dict)   # variant question id -> template or None
     runs_as: str = "sandbox"         # without it: "nobody", "root" (setpriv failed) or "user"
     unprivileged_reason: str = ""    # why not "nobody" when the grader is root
@@ -113,7 +114,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
     root grader checks once that the executor can run as an unprivileged user (``unprivileged``)
     and which of ``protect`` (default: ``deny_roots``) such a user could read or change."""
     from .cells import validate_source
-    from .judge import check_questions, withheld_modules
+    from .verdicts import check_questions, withheld_modules
     from .kit import prepare_kit
 
     validate_source(source_nb)
@@ -139,7 +140,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
     limits = dict(LIMITS, **(limits or {}))
     if runs_as in ("user", "root"):   # the process limit would count the grader's processes
         limits["processes"] = 0
-    from .judging import JudgePool
+    from .judge_pool import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
                       JudgePool(), shown, runs_as, why or "", exposed)
@@ -171,7 +172,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
 
     paths = grader_paths(run.kit, run.deny_roots, base, home, folder)
     rng = random.Random(secrets.randbits(64))
-    from .judge import plan
+    from .verdicts import plan
 
     requests = {gid: [plan(j, rng, run.variants) for j in judges]
                 for gid, (_, judges) in run.parts.items()}
@@ -197,7 +198,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         import nbformat
 
         nbformat.write(graded, str(io / "graded.ipynb"))
-        from .sandbox import trusted_sys_path
+        from .kernel_guard import trusted_sys_path
 
         limits = dict(run.limits, cpu_s=run.limits["cpu_s"] or int(timeout) + 60)
         job = {"notebook": f"{in_io}/graded.ipynb", "workdir": in_home, "private": in_io,

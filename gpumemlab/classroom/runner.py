@@ -10,8 +10,8 @@ when it must kill this worker at the notebook's wall-clock limit.
 In the classroom this runs inside the OS sandbox (``isolation``), kernel and all; it sets the
 resource limits the job names before starting the kernel. For each test cell it records whether
 the checks made inside passed (the kernel's execute reply is an error named ``GmlGraderPass``
-with the expected token, see ``sandbox``) and the answers the cell sent out as JSON text; the
-grader judges those answers outside (``judge``).
+with the expected token, see ``kernel_guard``) and the answers the cell sent out as JSON text; the
+grader judges those answers outside (``verdicts``).
 """
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ def _templates(nb) -> dict:
 def variant_questions(nb) -> dict:
     """{id: (Question, template dict or None)} of every variant cell of the source ``nb``;
     raises NotebookFormatError, naming the cell, for markup that cannot be used."""
-    from .judge import question, split_test, template_question
+    from .verdicts import question, split_test, template_question
 
     templates, found = _templates(nb), {}
     for i, cell in enumerate(nb.cells):
@@ -178,7 +178,7 @@ def bank_judges(source_nb) -> list:
     are the notebook's own), their questions checked against the banks: NotebookFormatError
     names an unknown one."""
     from .build import test_parts
-    from .judge import check_questions
+    from .verdicts import check_questions
 
     shown = variant_templates(source_nb)
     judges = [j for _, js in test_parts(source_nb).values() for j in js

@@ -269,7 +269,7 @@ def _late_policy(args):
 
 def _write_items(results, out, assignment, say):
     """items.csv beside the grades: each student's score and answer per question."""
-    from gpumemlab.classroom.items import write_items
+    from gpumemlab.classroom.stats.items import write_items
 
     path = out.with_name("items.csv")
     write_items(results, path, assignment=assignment)

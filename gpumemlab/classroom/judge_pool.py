@@ -1,8 +1,8 @@
 """Judging out of the grader's process: every answer is judged in a child with its own limits.
 
-A judge (``judge.verdict``: the quiz checker, a function's outputs against the reference, a
+A judge (``verdicts.verdict``: the quiz checker, a function's outputs against the reference, a
 lesson exercise run on the simulator) works on data the student chose, so it must not be able to
-take the grader's memory or time. A *judging worker* (``python -m gpumemlab.classroom.judging``,
+take the grader's memory or time. A *judging worker* (``python -m gpumemlab.classroom.judge_pool``,
 one per grading thread, started once and reused) imports the judges, then for each answer forks
 a child that sets an address-space limit (what the worker already maps plus ``memory_bytes``)
 and a CPU limit (``cpu_s``), judges, and writes its verdict to a pipe; the worker kills a child
@@ -60,7 +60,7 @@ def _judge_in_child(item: dict, limits: dict, wfd: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         room = _mapped_bytes() + int(limits["memory_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (room, room))
-        from .judge import verdict
+        from .verdicts import verdict
 
         try:
             ok, message = verdict(item["request"], item["reply"], item["seed"])
@@ -132,7 +132,7 @@ def judge_one(item: dict, limits: dict) -> dict:
 
 def worker_main() -> int:
     """Read one JSON item per line on stdin, write one verdict per line on stdout."""
-    from .judge import warm_up
+    from .verdicts import warm_up
 
     warm_up()
     for line in sys.stdin:
@@ -163,7 +163,7 @@ class JudgePool:
 
     def _start(self):
         env = dict(os.environ if self.env is None else self.env)
-        return subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.judging"],
+        return subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.judge_pool"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 text=True, encoding="utf-8", errors="backslashreplace")
 

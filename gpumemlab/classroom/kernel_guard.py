@@ -8,7 +8,7 @@ captured the real builtins, ``sys.path`` and a per-run secret key before the stu
 
 Each **test cell** is replaced by a one-line call that finds that runner from a literal
 (``().__class__.__base__.__subclasses__()``, so names the student rebound cannot intercept it).
-It first sends out the answers the grader asked for (``judge``): each answer name's value as
+It first sends out the answers the grader asked for (``verdicts``): each answer name's value as
 plain JSON data, or a function's outputs on the grader's inputs, in one display output of type
 ``text/x-gpumemlab-answers``. Those are judged outside, by the grader. Then it restores the
 builtins, ``sys.path`` and a fresh ``gpumemlab``, runs the test's remaining statements (the

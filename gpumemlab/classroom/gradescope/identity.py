@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gpumemlab.cleantext import clean_text
 
-from .gradescope_results import NOT_YOUR_FAULT as TELL
+from .results import NOT_YOUR_FAULT as TELL
 
 
 class NotIdentified(Exception):
@@ -25,7 +25,7 @@ class NotIdentified(Exception):
 def roster_ids(roster: dict, key: str) -> list:
     """The ids of ``roster`` (``reports.read_roster``) the zip carries; a VariantError when they
     cannot be Gradescope's ``key`` (emails without '@', user ids that are not numbers)."""
-    from .variants import VariantError
+    from ..variants import VariantError
 
     if not roster:
         raise VariantError("the roster lists no students")
@@ -51,7 +51,7 @@ def _match(value: str, key: str, roster) -> str:
 
 def student_id(metadata_path, variants: dict) -> str:
     """The roster id of the one student who made this submission; NotIdentified otherwise."""
-    from .gradescope_metadata import MetadataError, read_users
+    from .metadata import MetadataError, read_users
 
     key, roster = variants["student_key"], variants["roster"]
     why = ("each student of this assignment has their own numbers, and the autograder cannot "
@@ -78,7 +78,7 @@ def student_id(metadata_path, variants: dict) -> str:
 
 def variant_seed(secret_path, metadata_path, config) -> str:
     """The seed of the submitting student's variants (None: the source has none)."""
-    from .variants import VariantError, read_secret, student_seed
+    from ..variants import VariantError, read_secret, student_seed
 
     if config.get("variants") is None:
         return None

@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from .isolation import give_to_sandbox, setpriv_nobody
+from . import give_to_sandbox, setpriv_nobody
 
 UID_FIRST, UID_COUNT = 1_900_000_000, 100_000_000   # below 2**31; no distribution allots these
 _taken, _taken_lock = set(), threading.Lock()

@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import isolation, unprivileged
+from .. import isolation
+from . import unprivileged
 from .confine import sandbox_cgroup
 
 RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
