@@ -135,7 +135,9 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
     if not sandbox:
         runs_as = "user"
         if isolation.running_as_root():
-            why, exposed = unprivileged.probe(kit, deny_roots if protect is None else protect)
+            unprivileged.site_view(kit)
+            why, exposed = unprivileged.probe(kit, list(deny_roots if protect is None else protect)
+                                              + unprivileged.installed_copies())
             runs_as = "root" if why else "nobody"
     limits = dict(LIMITS, **(limits or {}))
     if runs_as in ("user", "root"):   # the process limit would count the grader's processes

@@ -247,7 +247,14 @@ def library_roots(kit) -> list:
 
 
 def trusted_sys_path(kit) -> list:
-    """The kernel's import path: the student kit first (so that copy is the one imported)."""
+    """The kernel's import path: the student kit first (so that copy is the one imported).
+    A kit with a view of the packages (an unprivileged run: ``unprivileged.site_view``) is
+    the whole path: the kit, then the view, then the standard library."""
+    view = os.path.join(str(kit), "site")
+    if os.path.isdir(view):
+        std = [p for p in sys.path if p and os.path.isdir(p) and "-packages" not in p
+               and os.path.realpath(p).startswith(os.path.realpath(sys.base_prefix) + os.sep)]
+        return [str(kit), view] + std
     roots = [os.path.realpath(r) for r in library_roots(kit) if r != str(kit)]
     rest = [p for p in sys.path if p and os.path.isdir(p)
             and any(os.path.realpath(p) == r or os.path.realpath(p).startswith(r + os.sep)

@@ -66,7 +66,9 @@ def _kernel_manager():
 
     # nbclient needs the async manager: a blocking client would stall its timeout handling.
     km = AsyncKernelManager(kernel_name="python3")
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+    # -S when this executor was started so (an unprivileged run: no site-packages gpumemlab)
+    argv = [sys.executable] + (["-S"] if sys.flags.no_site else []) + [
+            "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.enabled=False"]
     km.kernel_spec.argv = argv
     return km

@@ -10,13 +10,18 @@ file of the machine; unlike ``nobody``, it is this run's alone, which the sandbo
 and CAP_SETGID that Docker grants root by default. Then:
 
 * the grader's temporary folder of the submission is handed over for the run (``hand_over``):
-  the folder itself traversable only (0711), the private copy of the submission owned by the
-  run's uid, the exchange folder root's and read-only but for ``result.json`` (and the kept
-  executed notebook) and the Jupyter runtime folder; the student kit is world-readable anyway;
-  everything else the grader makes (``mkdtemp``: 0700) stays unreachable;
+  the folder itself root's and traversable only (0711), the private copy of the submission and
+  the exchange folder the run's uid's and 0700, their files 0600 (a concurrent run, another
+  uid, can neither read the notebook graded beside it nor touch its ``result.json``); the
+  student kit is world-readable anyway; everything else the grader makes (``mkdtemp``: 0700)
+  stays unreachable;
+* the executor and its kernel run ``python -S`` with the kit and a view of the interpreter's
+  packages without gpumemlab on their path (``site_view``): the kit is the only gpumemlab they
+  import, as in the sandbox; the installed copy's folder is reported when the uid can read it;
 * the process limit binds (``RLIMIT_NPROC`` never binds root);
 * after the run, every process of the run's uid is killed (``kill_leftovers``): a ``setsid``'d
-  process escapes the process group, not the uid. No other process has that uid, so runs may
+  process escapes the process group, not the uid, and a process whose main thread exited (a
+  zombie leader) lives on in its other threads, which ``/proc/PID/task`` shows. No other process has that uid, so runs may
   go side by side and nothing else is touched.
 
 What stays open without namespaces: the network; every file any user may read (the Python
@@ -29,18 +34,21 @@ code calls the mode ``nobody``, the role it plays.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import shutil
 import signal
+import stat
+import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from . import give_to_sandbox, setpriv_nobody
+from . import setpriv_nobody
 
 UID_FIRST, UID_COUNT = 1_900_000_000, 100_000_000   # below 2**31; no distribution allots these
 _taken, _taken_lock = set(), threading.Lock()
@@ -56,8 +64,10 @@ if ids != (uid, uid, uid, uid, []):
 if int(status["CapEff"], 16) or int(status["CapBnd"], 16) or status["NoNewPrivs"].strip() != "1":
     sys.exit("capabilities were not dropped")
 import ipykernel, jupyter_client, nbclient, gpumemlab.classroom.runner, subprocess
+if not gpumemlab.__file__.startswith(sys.argv[3]):
+    sys.exit(f"gpumemlab is imported from {gpumemlab.__file__}, not the kit")
 try:   # the executor starts the kernel as nobody: the interpreter must be reachable by path
-    subprocess.run([sys.executable, "-c", "import ipykernel"], check=True, capture_output=True)
+    subprocess.run([sys.executable, "-S", "-c", "import ipykernel"], check=True, capture_output=True)
 except (OSError, subprocess.CalledProcessError) as exc:
     sys.exit(f"the kernel's interpreter cannot start as an unprivileged user ({exc})")
 exposed = []
@@ -92,6 +102,11 @@ def release_uid(uid: int) -> None:
         _taken.discard(uid)
 
 
+def python_path(kit) -> str:
+    """PYTHONPATH of an unprivileged run: the kit, then its view of the packages."""
+    return os.pathsep.join([str(kit), str(Path(kit) / SITE_VIEW)])
+
+
 def command(inner: list, uid: int) -> list:
     return setpriv_nobody(shutil.which("setpriv") or "setpriv", uid) + list(inner)
 
@@ -106,10 +121,13 @@ def probe(kit, protect=()) -> tuple:
     if setpriv is None:
         return "setpriv is not installed (Debian: apt-get install util-linux)", []
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-           "PYTHONPATH": str(kit), "PYTHONNOUSERSITE": "1", "HOME": "/"}
+           "PYTHONPATH": python_path(kit), "PYTHONNOUSERSITE": "1", "HOME": "/"}
     uid = pick_uid()
-    argv = setpriv_nobody(setpriv, uid) + [sys.executable, "-c", _PROBE,
-                                         json.dumps([str(p) for p in protect]), str(uid)]
+    hidden = installed_copies()   # hidden from the probe's uid too: it sees what a run sees
+    deny(hidden, uid)
+    argv = setpriv_nobody(setpriv, uid) + [sys.executable, "-S", "-c", _PROBE,
+                                         json.dumps([str(p) for p in protect]), str(uid),
+                                         str(kit)]
     try:
         proc = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True,
                               timeout=120)
@@ -117,6 +135,7 @@ def probe(kit, protect=()) -> tuple:
         return f"setpriv did not run: {exc}", []
     finally:
         kill_leftovers(0, uid)
+        allow_again(hidden, uid)
         release_uid(uid)
     lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
     if proc.returncode != 0:
@@ -128,20 +147,162 @@ def probe(kit, protect=()) -> tuple:
 
 
 def hand_over(base: Path, home: Path, io: Path, uid: int) -> None:
-    """Make one submission's temporary folders usable by the run's ``uid``, and only those."""
-    os.chmod(base, 0o711)   # traversable, not listable: only the two known names inside
-    os.chmod(io, 0o755)
-    for dirpath, dirnames, filenames in os.walk(home):
-        for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
-            os.chown(name, uid, uid, follow_symlinks=False)
+    """Make one submission's temporary folders usable by the run's ``uid``, and only by it.
+
+    ``base`` stays root's and traversable only (0711), so the uid cannot rename or replace the
+    two folders the grader reads back; the copy of the submission and the exchange folder are
+    the uid's and 0700 (no other run's uid may enter them), and the result files the grader
+    created in it are the uid's and 0600."""
+    os.chmod(base, 0o711)
     runtime = io / RUNTIME
     runtime.mkdir(mode=0o700, exist_ok=True)
-    os.chown(runtime, uid, uid, follow_symlinks=False)
-    give_to_sandbox(io, uid)
+    for top in (home, io):
+        for dirpath, dirnames, filenames in os.walk(top):
+            for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
+                os.chown(name, uid, uid, follow_symlinks=False)
+                if not os.path.islink(name):
+                    os.chmod(name, 0o700 if os.path.isdir(name) else 0o600)
 
 
 def take_back(base: Path) -> None:
     os.chmod(base, 0o700)
+
+
+def close_folders(folders) -> list:
+    """Make the grades' folders (``grades.csv``'s and the feedback's) root's alone (0700)
+    before any submission runs as another uid: last week's grades and a classmate's feedback
+    are not for it to read. Folders not there yet are made so. -> a line per folder closed."""
+    said = []
+    for folder in folders:
+        folder = Path(folder)
+        if not folder.exists():
+            folder.mkdir(mode=0o700, parents=True)
+            continue
+        st = os.lstat(folder)
+        if stat.S_ISDIR(st.st_mode) and st.st_mode & 0o077:
+            os.chmod(folder, 0o700)
+            said.append(f"made {folder} 0700 (was {stat.S_IMODE(st.st_mode):04o}): submissions "
+                        f"run as another user must not read earlier grades")
+    return said
+
+
+SITE_VIEW = "site"   # in the kit: the interpreter's packages without gpumemlab (``site_view``)
+
+
+def _gpumemlab_entry(name: str) -> bool:
+    low = name.lower()
+    return low.endswith(".pth") or low.startswith("gpumemlab") or \
+        (low.startswith("__editable__") and "gpumemlab" in low)
+
+
+def site_view(kit) -> Path:
+    """``kit/site``: a link to every entry of the interpreter's site-packages except gpumemlab's
+    own (the package, its metadata, an editable install's finder) and ``.pth`` files. Started
+    with ``python -S`` and this folder after the kit on its path, the executor and its kernel
+    find numpy, torch and Jupyter, and the kit as the only gpumemlab: an unprivileged run has
+    no mount namespace to hide the installed copy, so it is left off the path instead (and the
+    copy's folder itself is reported when that uid can read it: ``installed_copies``)."""
+    import site
+
+    view = Path(kit) / SITE_VIEW
+    view.mkdir(mode=0o755, exist_ok=True)
+    folders = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    folders += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    for folder in folders:
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            continue
+        for name in names:
+            if _gpumemlab_entry(name) or (view / name).exists() or (view / name).is_symlink():
+                continue
+            (view / name).symlink_to(os.path.join(os.path.realpath(folder), name))
+    return view
+
+
+def installed_copies() -> list:
+    """The folders of gpumemlab besides the kit that the grader imports from or has installed,
+    and the question banks: an unprivileged run must reach none of them (``deny``)."""
+    import gpumemlab
+
+    found = {os.path.realpath(os.path.dirname(gpumemlab.__file__))}
+    for folder in sys.path:
+        pkg = os.path.join(folder or ".", "gpumemlab")
+        if folder.rstrip("/").endswith(("site-packages", "dist-packages")) and os.path.isdir(pkg):
+            found.add(os.path.realpath(pkg))
+    try:
+        from gpumemlab.quizkit.bank import quizzes_dir
+
+        found.add(os.path.realpath(quizzes_dir()))
+    except Exception:   # no banks found: nothing to hide
+        pass
+    return sorted(found)
+
+
+# POSIX access ACLs as the kernel stores them (``linux/posix_acl_xattr.h``): a version, then
+# (tag, permissions, id) records sorted by tag and id.
+_ACL, _ACL_VERSION = "system.posix_acl_access", 2
+_USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
+_NO_ID = 0xFFFFFFFF
+_acl_lock = threading.Lock()
+
+
+def _acl_read(path) -> list:
+    try:
+        raw = os.getxattr(path, _ACL, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno != errno.ENODATA:
+            raise
+        mode = os.lstat(path).st_mode   # no ACL yet: the one the mode bits say
+        return [(_USER_OBJ, (mode >> 6) & 7, _NO_ID), (_GROUP_OBJ, (mode >> 3) & 7, _NO_ID),
+                (_OTHER, mode & 7, _NO_ID)]
+    return [struct.unpack_from("<HHI", raw, 4 + 8 * i) for i in range((len(raw) - 4) // 8)]
+
+
+def _acl_write(path, entries) -> None:
+    group = [e[1] for e in entries if e[0] == _GROUP_OBJ][0]
+    if not any(e[0] == _USER for e in entries):   # back to the mode bits alone
+        try:
+            os.removexattr(path, _ACL, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno != errno.ENODATA:
+                raise
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        os.chmod(path, (mode & ~0o070) | (group << 3))   # the group bits were the mask's
+        return
+    if not any(e[0] == _MASK for e in entries):   # named entries need a mask: the group's
+        entries = entries + [(_MASK, group, _NO_ID)]
+    entries = sorted(entries, key=lambda e: (e[0], e[2]))
+    os.setxattr(path, _ACL, struct.pack("<I", _ACL_VERSION) +
+                b"".join(struct.pack("<HHI", *e) for e in entries), follow_symlinks=False)
+
+
+def deny(paths, uid: int) -> list:
+    """Shut ``uid`` out of each folder of ``paths`` by a named ACL entry with no permission
+    (it then counts before the "other" bits; nobody else's access changes). -> the folders
+    that could not be closed so (a file system without ACLs), which ``probe`` reports."""
+    failed = []
+    with _acl_lock:
+        for path in paths:
+            try:
+                entries = [e for e in _acl_read(path) if not (e[0] == _USER and e[2] == uid)]
+                _acl_write(path, entries + [(_USER, 0, uid)])
+            except OSError:
+                failed.append(path)
+    return failed
+
+
+def allow_again(paths, uid: int) -> None:
+    """Remove what ``deny`` added for ``uid`` (a uid no account has: an entry left behind by a
+    killed grader shuts out no one)."""
+    with _acl_lock:
+        for path in paths:
+            try:
+                entries = _acl_read(path)
+                if any(e[0] == _USER and e[2] == uid for e in entries):
+                    _acl_write(path, [e for e in entries if not (e[0] == _USER and e[2] == uid)])
+            except OSError:
+                pass
 
 
 def boot_ticks() -> int:
@@ -149,8 +310,34 @@ def boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
+def _state(stat: bytes) -> tuple:
+    """(state letter, start time in boot ticks) from a ``/proc/.../stat`` line."""
+    rest = stat[stat.rindex(b")") + 2:].split()   # the name may hold spaces and ")"
+    return rest[0], int(rest[19])
+
+
+def _live(entry: str, leader_state: bytes) -> bool:
+    """A process is alive while any of its threads is: a leader that exited (state Z) leaves
+    its other threads running, and the group is reaped only when they end."""
+    if leader_state not in (b"Z", b"X"):
+        return True
+    try:
+        tasks = os.listdir(f"/proc/{entry}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{entry}/task/{tid}/stat", "rb") as f:
+                if _state(f.read())[0] not in (b"Z", b"X"):
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
+
+
 def _processes_of(uid: int, since: int = 0) -> list:
-    """Live processes whose real uid is ``uid``, started at or after ``since`` (boot ticks)."""
+    """Live processes (thread groups with a live thread) whose real uid is ``uid``, started
+    at or after ``since`` (boot ticks)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -160,10 +347,10 @@ def _processes_of(uid: int, since: int = 0) -> list:
                 stat = f.read()
             with open(f"/proc/{entry}/status", "rb") as f:
                 real = next(line.split()[1] for line in f if line.startswith(b"Uid:"))
-        except (OSError, StopIteration, IndexError):
+            state, start = _state(stat)
+        except (OSError, StopIteration, IndexError, ValueError):
             continue   # gone meanwhile
-        rest = stat[stat.rindex(b")") + 2:].split()   # the name may hold spaces and ")"
-        if int(real) == uid and rest[0] not in (b"Z", b"X") and int(rest[19]) >= since:
+        if int(real) == uid and start >= since and _live(entry, state):
             found.append(int(entry))
     return found
 
