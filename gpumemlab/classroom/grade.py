@@ -180,11 +180,11 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
                 for gid, (_, judges) in run.parts.items()}
     try:
         io.mkdir()
-        if folder is not None:
+        if folder is not None:   # the time first: no copy limit may leave timestamp.txt out
+            timestamp = read_timestamp(Path(folder))
             notes += copy_submission(Path(folder), home)
         else:
             home.mkdir()
-        timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
         answers = {gid: _scrub(text, paths, ANSWER_LIMIT)   # shown back in feedback.html
                    for gid, text in student_answers(run.source_nb, student_nb).items()}
@@ -302,6 +302,13 @@ def unsandboxed_warnings(run) -> list:
             f"unreachable by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
 
+def _unsure_time(late_text: str) -> bool:
+    """A late note the teacher must see: a file time stood in, or a time was refused."""
+    from .late import MTIME_NOTE
+
+    return MTIME_NOTE in late_text or "the teacher decides" in late_text
+
+
 def _shown(student_id) -> str:
     """A student id (a folder name: any bytes) safe to print on the teacher's terminal."""
     from gpumemlab.cleantext import clean_text
@@ -348,6 +355,8 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
                 results.append(apply_late(res, late, notebooks[sid]))
+                if late is not None and _unsure_time(res.late_text):
+                    print(f"gpumemlab grade: {_shown(sid)}: {res.late_text}", file=sys.stderr)
                 if progress is not None:
                     late_note = f" (late: -{res.penalty:g})" if res.penalty else ""
                     print(f"[{done}/{n}] {_shown(sid)}: {res.final_score:g}/{res.max_score:g}"
