@@ -10,6 +10,7 @@ The zip's wheel is a stand-in: ``run_autograder`` runs with this checkout (the r
 built and checked in test_classroom_gradescope.py).
 """
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -48,6 +49,7 @@ def course(tmp_path_factory):
     nbformat.write(source_nb(), str(src))
     (tmp / "roster.csv").write_text(ROSTER)
     (tmp / "course.secret").write_text(SECRET + "\n")
+    os.chmod(tmp / "course.secret", 0o600)   # a secret others may read is refused
     opts = ["--secret", str(tmp / "course.secret"), "--roster", str(tmp / "roster.csv")]
     assert main(["assign", str(src), str(tmp / "release"), "--no-check"] + opts) == 0
     books = {e: nbformat.read(str(tmp / "release" / safe_name(e) / "lab.ipynb"), as_version=4)

@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import os
 import re
+import stat
 import textwrap
 from pathlib import Path
 
@@ -48,9 +49,21 @@ def create_secret(path) -> bytes:
     return secret
 
 
-def read_secret(path) -> bytes:
-    """The secret in ``path``: one line of at least 64 hex digits (as ``create_secret`` writes)."""
+def read_secret(path, *, private: bool = True) -> bytes:
+    """The secret in ``path``: one line of at least 64 hex digits (as ``create_secret`` writes).
+    ``private``: refuse a file its group or other users may read (whoever reads it can compute
+    every student's variant); the autograder's copy in Gradescope's container passes False, its
+    folder being the grader's alone (``gradescope.run.lock_down``)."""
     from gpumemlab.recordings.bounded_read import read_regular_file
+
+    if private:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0   # read_regular_file says why it cannot be read
+        if stat.S_ISREG(mode) and mode & 0o077:
+            raise VariantError(f"the course secret {path} may be read by other users (mode "
+                               f"{mode & 0o777:04o}): run chmod 600 {path}")
 
     data = read_regular_file(str(path), 4096,
                              lambda why: VariantError(f"cannot read the course secret {why}"),

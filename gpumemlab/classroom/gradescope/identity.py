@@ -39,11 +39,19 @@ def roster_ids(roster: dict, key: str) -> list:
     return list(roster)
 
 
+_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    return text.translate(_LOWER)
+
+
 def _match(value: str, key: str, roster) -> str:
     if value in roster:
         return value
-    if key == "email":   # Gradescope may spell an address in another case than the roster
-        found = [i for i in roster if i.casefold() == value.casefold()]
+    if key == "email":   # Gradescope may spell an address in another case than the roster:
+        # ASCII letters only (casefold would make "ſam@" match "sam@" and "straße@" "strasse@")
+        found = [i for i in roster if _ascii_lower(i) == _ascii_lower(value)]
         if len(found) == 1:
             return found[0]
     return None
@@ -83,7 +91,7 @@ def variant_seed(secret_path, metadata_path, config) -> str:
     if config.get("variants") is None:
         return None
     try:
-        secret = read_secret(secret_path)
+        secret = read_secret(secret_path, private=False)   # in the locked container
     except VariantError as exc:
         raise NotIdentified(f"The autograder is misconfigured: {exc}. {TELL}") from None
     return student_seed(secret, config["assignment"], student_id(metadata_path,

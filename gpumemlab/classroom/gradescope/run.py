@@ -231,7 +231,7 @@ def check(root: Path) -> int:
     print(f"gpumemlab autograder: {config['assignment']} ({config['notebook']}); settings read")
     if config.get("variants") is not None:
         try:
-            read_secret(root / "source" / SECRET_PATH)
+            read_secret(root / "source" / SECRET_PATH, private=False)
         except VariantError as exc:
             print(f"gpumemlab autograder: {exc}")
             return 1
