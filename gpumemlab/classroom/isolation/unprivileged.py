@@ -236,6 +236,20 @@ def installed_copies() -> list:
         found.add(os.path.realpath(quizzes_dir()))
     except Exception:   # no banks found: nothing to hide
         pass
+    checkout = os.path.dirname(os.path.realpath(os.path.dirname(gpumemlab.__file__)))
+    if os.path.isfile(os.path.join(checkout, "pyproject.toml")):
+        # a source checkout: its tests, docs and fixtures hold answers too. Every entry of it,
+        # except one holding the interpreter or its packages (a .venv inside the checkout)
+        import site
+        import sysconfig
+
+        roots = [sys.prefix, sys.exec_prefix, sys.base_prefix] + site.getsitepackages() + \
+            [sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+        keep = {os.path.realpath(p) for p in roots if p}
+        for name in os.listdir(checkout):
+            entry = os.path.join(checkout, name)
+            if not any(k == entry or k.startswith(entry + os.sep) for k in keep):
+                found.add(entry)
     return sorted(found)
 
 
