@@ -125,7 +125,7 @@ def test_setup_sh_installs_bubblewrap_a_cpu_torch_and_the_zipped_kit(packed):
     wheel = next(n for n in files if n.startswith("dist/"))
     assert any(line.strip().endswith(f'install "$here/{wheel}"') for line in commands)
     assert commands.index(torch) < next(i for i, line in enumerate(commands) if wheel in line)
-    assert "gradescope_run --check" in commands[-1]
+    assert "gradescope.run --check" in commands[-1]
 
 
 def test_no_solution_or_hidden_test_outside_the_teachers_notebook_and_the_kit(packed):
@@ -303,7 +303,7 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
 
 
 def _check(root: Path, path=None):
-    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
+    """setup.sh's last line: ``gradescope.run --check`` on the unpacked zip."""
     env = dict(os.environ, GPUMEMLAB_AUTOGRADER_ROOT=str(root), PYTHONPATH=str(ROOT))
     if path is not None:
         env["PATH"] = path

@@ -147,7 +147,7 @@ def test_a_submission_not_tied_to_one_roster_student_is_not_graded(course):
 
 
 def _check(root: Path):
-    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
+    """setup.sh's last line: ``gradescope.run --check`` on the unpacked zip."""
     return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope.run",
                            "--check"], env={"GPUMEMLAB_AUTOGRADER_ROOT": str(root),
                                             "PYTHONPATH": str(G.CHECKOUT), "PATH": "/usr/bin"},

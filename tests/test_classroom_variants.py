@@ -126,6 +126,7 @@ def test_assign_bad_input_is_one_line_and_writes_nothing(files, capsys):
     dup.write_text(ROSTER + "alice,A,Again,a2@x\n")
     bad = tmp / "bad.secret"
     bad.write_text("hello")
+    os.chmod(bad, 0o600)   # private, so what is refused is its text
     new_secret = tmp / "new.secret"
     empty = tmp / "empty.csv"
     empty.write_text("id,first_name,last_name,email\n")
