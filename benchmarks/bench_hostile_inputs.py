@@ -147,7 +147,7 @@ def main():
 def grader_bounds():
     import json
 
-    from gpumemlab.classroom.judging import LIMITS, JudgePool
+    from gpumemlab.classroom.judge_pool import LIMITS, JudgePool
     from gpumemlab.classroom.submission import SIZE_LIMIT, parse_submission
     from gpumemlab.lessons import judge
 

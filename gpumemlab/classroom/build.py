@@ -4,8 +4,8 @@ The graded notebook is never the student's file as handed in. It is rebuilt from
 (instructor) notebook: every cell keeps the source's content except the solution cells, which take
 the student's text (matched by nbgrader ``grade_id``; a missing one becomes the stub). Cells the
 student added are kept after the cell they followed. Test cells come from the source, hidden
-tests included, wrapped by ``sandbox.wrapper_source``; a sandbox cell goes first. So deleting,
-editing or forging test cells changes nothing. Judge calls (``judge``) are taken out of the test
+tests included, wrapped by ``kernel_guard.wrapper_source``; a sandbox cell goes first. So deleting,
+editing or forging test cells changes nothing. Judge calls (``verdicts``) are taken out of the test
 cells: only the request for the student's answers goes in.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ast
 import copy
 
 from . import cells as C
-from .sandbox import pass_token, startup_source, wrapper_source
+from .kernel_guard import pass_token, startup_source, wrapper_source
 
 ROLE = "gpumemlab_grader"
 
@@ -30,8 +30,8 @@ def tests_of(nb) -> list:
 
 
 def test_parts(nb) -> dict:
-    """{grade_id: (source run inside the submission, [judge.Judge])} of every test cell."""
-    from .judge import split_test
+    """{grade_id: (source run inside the submission, [verdicts.Judge])} of every test cell."""
+    from .verdicts import split_test
 
     parts = {}
     for i, cell in enumerate(nb.cells):
@@ -102,7 +102,7 @@ def build_graded(source_nb, student_nb, *, home, deny_roots, key: bytes, token: 
     """The notebook to execute for one submission (``student_nb`` may be None: unreadable).
 
     Test cells keep only what runs inside; their judges become ``requests`` (grade_id ->
-    [judge.plan(...)]): the answers the kernel must send out. No hidden judge call, key or
+    [verdicts.plan(...)]): the answers the kernel must send out. No hidden judge call, key or
     expected value is in the result."""
     import nbformat
 

@@ -5,10 +5,10 @@ only; the teacher's files are only ever read), rebuild the notebook from the sou
 and run the notebook executor (``runner``), kernel and all, inside a bubblewrap sandbox
 (``isolation``) that sees only the system, the student kit and that copy. The executor sends back
 JSON only: the answers the judges asked for and the verdicts of the checks that run inside; the
-answers are judged here (``judge``). The sandbox is killed at the per-notebook wall limit. A small
+answers are judged here (``verdicts``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Without the sandbox (``--no-sandbox``) a root grader runs each executor as an unprivileged uid
-of its own (``unprivileged``, ``worker``).
+of its own (``isolation.unprivileged``, ``isolation.worker``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -29,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import isolation, unprivileged, variants
+from . import isolation, variants
+from .isolation import unprivileged
 from .build import build_graded, student_answers, test_parts, tests_of
 from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
-from .worker import decode as _decode
-from .worker import run_worker as _run_worker
+from .isolation.worker import decode as _decode
+from .isolation.worker import run_worker as _run_worker
 
 CSV_COLUMNS = ["assignment", "duedate", "timestamp", "student_id", "last_name", "first_name",
                "email", "raw_score", "late_submission_penalty", "score", "max_score"]
@@ -85,7 +86,7 @@ class GradingRun:
     sandbox: bool
     deny_roots: list
     limits: dict
-    judges: object = None            # judging.JudgePool: answers judged in limited children
+    judges: object = None            # judge_pool.JudgePool: answers judged in limited children
     variants: dict = field(default_factory=dict)   # variant question id -> template or None
     runs_as: str = "sandbox"         # without it: "nobody", "root" (setpriv failed) or "user"
     unprivileged_reason: str = ""    # why not "nobody" when the grader is root
@@ -113,7 +114,7 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
     root grader checks once that the executor can run as an unprivileged user (``unprivileged``)
     and which of ``protect`` (default: ``deny_roots``) such a user could read or change."""
     from .cells import validate_source
-    from .judge import check_questions, withheld_modules
+    from .verdicts import check_questions, withheld_modules
     from .kit import prepare_kit
 
     validate_source(source_nb)
@@ -134,12 +135,14 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
     if not sandbox:
         runs_as = "user"
         if isolation.running_as_root():
-            why, exposed = unprivileged.probe(kit, deny_roots if protect is None else protect)
+            unprivileged.site_view(kit)
+            why, exposed = unprivileged.probe(kit, list(deny_roots if protect is None else protect)
+                                              + unprivileged.installed_copies())
             runs_as = "root" if why else "nobody"
     limits = dict(LIMITS, **(limits or {}))
     if runs_as in ("user", "root"):   # the process limit would count the grader's processes
         limits["processes"] = 0
-    from .judging import JudgePool
+    from .judge_pool import JudgePool
 
     return GradingRun(source_nb, parts, kit, sandbox, [str(d) for d in deny_roots], limits,
                       JudgePool(), shown, runs_as, why or "", exposed)
@@ -171,17 +174,17 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
 
     paths = grader_paths(run.kit, run.deny_roots, base, home, folder)
     rng = random.Random(secrets.randbits(64))
-    from .judge import plan
+    from .verdicts import plan
 
     requests = {gid: [plan(j, rng, run.variants) for j in judges]
                 for gid, (_, judges) in run.parts.items()}
     try:
         io.mkdir()
-        if folder is not None:
+        if folder is not None:   # the time first: no copy limit may leave timestamp.txt out
+            timestamp = read_timestamp(Path(folder))
             notes += copy_submission(Path(folder), home)
         else:
             home.mkdir()
-        timestamp = read_timestamp(home)
         student_nb = _read_student(home, folder, notebook, notes, paths)
         answers = {gid: _scrub(text, paths, ANSWER_LIMIT)   # shown back in feedback.html
                    for gid, text in student_answers(run.source_nb, student_nb).items()}
@@ -197,7 +200,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         import nbformat
 
         nbformat.write(graded, str(io / "graded.ipynb"))
-        from .sandbox import trusted_sys_path
+        from .kernel_guard import trusted_sys_path
 
         limits = dict(run.limits, cpu_s=run.limits["cpu_s"] or int(timeout) + 60)
         job = {"notebook": f"{in_io}/graded.ipynb", "workdir": in_home, "private": in_io,
@@ -299,6 +302,13 @@ def unsandboxed_warnings(run) -> list:
             f"unreachable by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
 
+def _unsure_time(late_text: str) -> bool:
+    """A late note the teacher must see: a file time stood in, or a time was refused."""
+    from .late import MTIME_NOTE
+
+    return MTIME_NOTE in late_text or "the teacher decides" in late_text
+
+
 def _shown(student_id) -> str:
     """A student id (a folder name: any bytes) safe to print on the teacher's terminal."""
     from gpumemlab.cleantext import clean_text
@@ -345,6 +355,8 @@ def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=3
                                         notes=[f"grader error ({type(exc).__name__}); the "
                                                f"teacher's log has the details"])
                 results.append(apply_late(res, late, notebooks[sid]))
+                if late is not None and _unsure_time(res.late_text):
+                    print(f"gpumemlab grade: {_shown(sid)}: {res.late_text}", file=sys.stderr)
                 if progress is not None:
                     late_note = f" (late: -{res.penalty:g})" if res.penalty else ""
                     print(f"[{done}/{n}] {_shown(sid)}: {res.final_score:g}/{res.max_score:g}"

@@ -125,11 +125,20 @@ def copy_submission(src: Path, dst: Path) -> list:
 
 
 def read_timestamp(folder: Path) -> str:
-    """The first regular ``timestamp.txt`` in the copy, cut to one short line."""
+    """The submission's ``timestamp.txt``, cut to one short line: the one at its top (where
+    nbgrader writes it), else the first regular one below. Read from the submission itself,
+    before it is copied, so that no copy limit (files, bytes) can leave it out; opened without
+    following a link or blocking on a FIFO."""
     for rel, entries in _walk(folder):
         for name, st in entries:
             if name == "timestamp.txt" and stat.S_ISREG(st.st_mode):
-                with open(folder / rel / name, "rb") as f:
+                try:
+                    fd = os.open(folder / rel / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                with os.fdopen(fd, "rb") as f:
+                    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                        continue   # swapped for something else since the listing
                     text = f.read(4 * STAMP_LIMIT).decode("utf-8", "replace")
                 line = text.strip().splitlines()[0] if text.strip() else ""
                 return "".join(c for c in line if c.isprintable())[:STAMP_LIMIT]

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 ALWAYS_WITHHELD = ("quizkit", "certificates", "cli", "classroom")
-KEPT_IN_CLASSROOM = ("__init__.py", "runner.py")
+KEPT_IN_CLASSROOM = ("classroom/__init__.py", "classroom/runner.py")   # paths: not names
 
 _STUB = ('"""Withheld while grading."""\n'
          'raise ImportError({message!r})\n')
@@ -44,12 +44,15 @@ def prepare_kit(dest, withheld=()) -> Path:
         room = rel_dir.split("/")[0]
         if room in withheld or (room in ALWAYS_WITHHELD and room != "classroom"):
             continue
+        if room == "classroom" and rel_dir != "classroom":    # its sub-packages: grader only
+            dirnames[:] = []
+            continue
         (pkg / rel_dir).mkdir(parents=True, exist_ok=True)
         for name in sorted(filenames):
             if not name.endswith(".py"):
                 continue
             rel = f"{rel_dir}/{name}" if rel_dir else name
-            if room == "classroom" and name not in KEPT_IN_CLASSROOM:
+            if room == "classroom" and rel not in KEPT_IN_CLASSROOM:
                 continue
             target = pkg / rel
             if rel in withheld:

@@ -24,6 +24,15 @@ from datetime import date, datetime, time, timedelta, timezone
 DAY_S = 86400
 TEXT_LIMIT = 64
 _ZONE_NAMES = re.compile(r"\s*(?:UTC|GMT|Z)$", re.IGNORECASE)
+# nbgrader writes ``timestamp.txt`` with ``%Z``: the configured zone's abbreviation. These are
+# the abbreviations with one meaning (CST is read as US Central, the one nbgrader's users meet);
+# any other name is refused rather than guessed.
+_NAMED = {"EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7, "MDT": -6, "PST": -8,
+          "PDT": -7, "AKST": -9, "AKDT": -8, "HST": -10, "WET": 0, "WEST": 1, "BST": 1,
+          "CET": 1, "CEST": 2, "MET": 1, "MEST": 2, "EET": 2, "EEST": 3, "MSK": 3, "JST": 9,
+          "KST": 9, "AWST": 8, "ACST": 9.5, "ACDT": 10.5, "AEST": 10, "AEDT": 11,
+          "NZST": 12, "NZDT": 13}
+_NAMED_ZONE = re.compile(r"\s+([A-Za-z]{2,5})$")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?", re.IGNORECASE)
 _UNIT_S = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": DAY_S, None: 60}
 
@@ -78,6 +87,13 @@ def parse_time(text, what: str = "time") -> datetime:
     text = _clean(text, what)
     body = _ZONE_NAMES.sub("", text)
     zone = timezone.utc if body != text else None
+    named = _NAMED_ZONE.search(body) if zone is None else None
+    if named:
+        hours = _NAMED.get(named.group(1).upper())
+        if hours is None:
+            raise ValueError(f"{what} {text!r} names the time zone {named.group(1)!r}, which "
+                             f"this grader does not read (an offset such as +01:00 is read)")
+        body, zone = body[:named.start()], timezone(timedelta(hours=hours))
     try:
         moment = datetime.fromisoformat(body)
     except ValueError:
@@ -85,6 +101,8 @@ def parse_time(text, what: str = "time") -> datetime:
                          f"(e.g. 2026-12-01T17:00:00+01:00)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=zone or timezone.utc)
+    elif named:
+        raise ValueError(f"{what} {text!r} has two time zones")
     elif zone is not None and moment.utcoffset() != timedelta(0):
         raise ValueError(f"{what} {text!r} has two time zones")
     return moment
@@ -189,25 +207,29 @@ def late_penalty(policy, submitted, raw_score: float, max_score: float) -> Laten
                     f"maximum, -{penalty:g} point{'s' * (penalty != 1)}")
 
 
+MTIME_NOTE = ("no timestamp.txt: the submission time is the notebook file's modification "
+              "time, which whoever copied the file could have set")
+
+
 def submission_time(stamp_text: str, notebook=None):
     """When a submission was handed in: its ``timestamp.txt`` (nbgrader's), else the notebook
-    file's modification time (never following a link). -> (datetime or None, note or "")."""
+    file's modification time (never following a link), said so in the note. A ``timestamp.txt``
+    that does not parse gives no time (the note says why, in one line): the file time is not
+    used in its place, since a student may have written either. -> (datetime or None, note)."""
     import os
 
-    note = ""
     if stamp_text:
         try:
             return parse_time(stamp_text, "timestamp.txt"), ""
         except ValueError as exc:
-            note = f"{exc}; "
+            return None, f"{exc}: no late penalty was computed; the teacher decides"
     if notebook is not None:
         try:
             mtime = os.lstat(notebook).st_mtime
         except OSError:
-            return None, note + "no submission time was found"
-        return datetime.fromtimestamp(mtime, timezone.utc), \
-            note + "the submission time is the notebook file's modification time"
-    return None, note + "no submission time was found"
+            return None, "no submission time was found"
+        return datetime.fromtimestamp(mtime, timezone.utc), MTIME_NOTE
+    return None, "no submission time was found"
 
 
 def policy_from_metadata(nb_metadata) -> dict:
@@ -231,6 +253,7 @@ def apply_late(result, policy, notebook=None) -> object:
     when, note = submission_time(result.timestamp, notebook)
     lateness = late_penalty(policy, when, result.score, result.max_score)
     result.penalty = lateness.penalty
-    result.late_text = "; ".join(t for t in (lateness.text, note if lateness.late_s > 0 or
-                                             when is None else "") if t)
+    # the note (a file time used, a time refused) is always said: it is what the teacher checks
+    result.late_text = "; ".join(t for t in (note if when is None else lateness.text,
+                                             note if when is not None else "") if t)
     return result

@@ -32,6 +32,10 @@ _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
 _BAD_BRANCH = re.compile(r"[~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|^@$")
 
 
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*"
+                   r"[A-Za-z0-9])?)*\.?|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+
+
 class LinkError(ValueError):
     """A bad hub, repository, branch, folder or lesson: one line saying which and why."""
 
@@ -44,9 +48,16 @@ class LessonLink:
 
 
 def _http_url(what: str, text: str) -> str:
-    """``text`` without trailing slashes, once it is a plain http(s) address."""
+    """``text`` without trailing slashes, once it is a plain http(s) address that a browser
+    (the WHATWG URL standard) reads as Python does: ``scheme://host[:port]/path``, no backslash
+    (a browser reads ``\\`` as ``/`` in an http address, so ``https://evil.example\\.hub.edu``
+    goes to evil.example), no user name, and a host of letters, digits, dots and hyphens (or
+    a bracketed IPv6 address): no percent-escapes a browser would decode into another host."""
     if not text or _CONTROL_OR_SPACE.search(text):
         raise LinkError(f"{what} must be an http(s) URL without spaces, got {text!r}")
+    if "\\" in text:
+        raise LinkError(f"{what} must not hold a backslash (a browser reads it as '/'), "
+                        f"got {text!r}")
     try:
         parts = urlsplit(text)
         parts.port            # raises ValueError on a port that is not a number
@@ -59,6 +70,15 @@ def _http_url(what: str, text: str) -> str:
                         f"get them in the link")
     if parts.query or parts.fragment or text.endswith(("?", "#")):
         raise LinkError(f"{what} must not have a ?query or #fragment, got {text!r}")
+    if not re.match(r"(?i)https?://", text):   # "https:host" is a host to a browser
+        raise LinkError(f"{what} must be an http(s) URL like https://host/..., got {text!r}")
+    authority = re.split(r"[/?#]", text.split("://", 1)[1], 1)[0]
+    if "@" in authority:
+        raise LinkError(f"{what} must not hold a user name or password: every student would "
+                        f"get them in the link")
+    if not _HOST.fullmatch(authority):
+        raise LinkError(f"{what} {text!r} does not have a plain host name (letters, digits, "
+                        f"'.', '-', an optional :port)")
     return text.rstrip("/")
 
 

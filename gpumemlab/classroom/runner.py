@@ -10,8 +10,8 @@ when it must kill this worker at the notebook's wall-clock limit.
 In the classroom this runs inside the OS sandbox (``isolation``), kernel and all; it sets the
 resource limits the job names before starting the kernel. For each test cell it records whether
 the checks made inside passed (the kernel's execute reply is an error named ``GmlGraderPass``
-with the expected token, see ``sandbox``) and the answers the cell sent out as JSON text; the
-grader judges those answers outside (``judge``).
+with the expected token, see ``kernel_guard``) and the answers the cell sent out as JSON text; the
+grader judges those answers outside (``verdicts``).
 """
 from __future__ import annotations
 
@@ -66,7 +66,9 @@ def _kernel_manager():
 
     # nbclient needs the async manager: a blocking client would stall its timeout handling.
     km = AsyncKernelManager(kernel_name="python3")
-    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+    # -S when this executor was started so (an unprivileged run: no site-packages gpumemlab)
+    argv = [sys.executable] + (["-S"] if sys.flags.no_site else []) + [
+            "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.enabled=False"]
     km.kernel_spec.argv = argv
     return km

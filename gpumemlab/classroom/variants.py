@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import os
 import re
+import stat
 import textwrap
 from pathlib import Path
 
@@ -48,9 +49,21 @@ def create_secret(path) -> bytes:
     return secret
 
 
-def read_secret(path) -> bytes:
-    """The secret in ``path``: one line of at least 64 hex digits (as ``create_secret`` writes)."""
+def read_secret(path, *, private: bool = True) -> bytes:
+    """The secret in ``path``: one line of at least 64 hex digits (as ``create_secret`` writes).
+    ``private``: refuse a file its group or other users may read (whoever reads it can compute
+    every student's variant); the autograder's copy in Gradescope's container passes False, its
+    folder being the grader's alone (``gradescope.run.lock_down``)."""
     from gpumemlab.recordings.bounded_read import read_regular_file
+
+    if private:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            mode = 0   # read_regular_file says why it cannot be read
+        if stat.S_ISREG(mode) and mode & 0o077:
+            raise VariantError(f"the course secret {path} may be read by other users (mode "
+                               f"{mode & 0o777:04o}): run chmod 600 {path}")
 
     data = read_regular_file(str(path), 4096,
                              lambda why: VariantError(f"cannot read the course secret {why}"),
@@ -125,7 +138,7 @@ def _templates(nb) -> dict:
 def variant_questions(nb) -> dict:
     """{id: (Question, template dict or None)} of every variant cell of the source ``nb``;
     raises NotebookFormatError, naming the cell, for markup that cannot be used."""
-    from .judge import question, split_test, template_question
+    from .verdicts import question, split_test, template_question
 
     templates, found = _templates(nb), {}
     for i, cell in enumerate(nb.cells):
@@ -178,7 +191,7 @@ def bank_judges(source_nb) -> list:
     are the notebook's own), their questions checked against the banks: NotebookFormatError
     names an unknown one."""
     from .build import test_parts
-    from .judge import check_questions
+    from .verdicts import check_questions
 
     shown = variant_templates(source_nb)
     judges = [j for _, js in test_parts(source_nb).values() for j in js

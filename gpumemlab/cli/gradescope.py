@@ -4,8 +4,8 @@
     gpumemlab gradescope SOURCE.ipynb OUT.zip --secret course.secret --roster roster.csv \
         [--student-key email|sid|id]     # a source with per-student variant questions
 
-The zip's layout and what runs in the container: ``gpumemlab.classroom.gradescope_pack`` and
-``gpumemlab.classroom.gradescope_run``; the teacher's guide: docs/QUIZZES.md.
+The zip's layout and what runs in the container: ``gpumemlab.classroom.gradescope.pack`` and
+``gpumemlab.classroom.gradescope.run``; the teacher's guide: docs/QUIZZES.md.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from .classroom import add_late_options
 
 
 def register(subparsers) -> None:
-    from gpumemlab.classroom.gradescope_config import SANDBOX_MODES, STUDENT_KEYS, VISIBILITIES
+    from gpumemlab.classroom.gradescope.config import SANDBOX_MODES, STUDENT_KEYS, VISIBILITIES
 
     p = subparsers.add_parser(
         "gradescope", help="make a Gradescope autograder zip from a source notebook",
@@ -57,7 +57,7 @@ def register(subparsers) -> None:
 
 
 def _gradescope(args) -> int:
-    from gpumemlab.classroom.gradescope_pack import PackError, pack
+    from gpumemlab.classroom.gradescope.pack import PackError, pack
 
     from . import CLIError
 

@@ -34,10 +34,10 @@ def register(subparsers) -> None:
 
 def _stats(args) -> int:
     from gpumemlab.classroom.atomic import write_files
-    from gpumemlab.classroom.item_stats import item_stats
-    from gpumemlab.classroom.stats_input import StatsInputError, read_grades, read_items
-    from gpumemlab.classroom.stats_plot import plot_png
-    from gpumemlab.classroom.stats_view import csv_text, html_text, table_text
+    from gpumemlab.classroom.stats.measures import item_stats
+    from gpumemlab.classroom.stats.reading import StatsInputError, read_grades, read_items
+    from gpumemlab.classroom.stats.plot import plot_png
+    from gpumemlab.classroom.stats.view import csv_text, html_text, table_text
 
     from . import CLIError
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 
+from gpumemlab.allocator.oom import OutOfMemoryError as SimulatedOOM
+
 from .exercise_base import (REGISTRY, AnswerShapeError, LessonExercise, Verdict,  # noqa: F401
                             exercise, plain)
 
@@ -39,6 +41,10 @@ def judge(ex_id: str, answer) -> Verdict:
         passed, message, figures = ex.judge(plain(answer))
     except AnswerShapeError as exc:
         return Verdict(ex_id, False, f"{str(exc).rstrip('.')}. Expected {ex.expects}.")
+    except SimulatedOOM as exc:   # the answer asks the simulated card for more than it has
+        said = ". ".join(str(exc).split(". ")[:2])[:160]   # "CUDA out of memory. Tried to ..."
+        return Verdict(ex_id, False, f"the answer does not fit on the simulated card: {said}. "
+                                     f"Expected {ex.expects}.")
     except (OverflowError, MemoryError, RecursionError) as exc:   # a value past what it models
         return Verdict(ex_id, False, f"the answer could not be judged ({type(exc).__name__}: "
                                      f"{str(exc)[:120]}). Expected {ex.expects}.")

@@ -35,8 +35,8 @@ from nobody_python import python_for_nobody  # noqa: E402
 from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
 from gpumemlab.classroom.grade import StudentResult  # noqa: E402
-from gpumemlab.classroom.gradescope_metadata import MetadataError, read_times  # noqa: E402
-from gpumemlab.classroom.gradescope_results import results as gs_results  # noqa: E402
+from gpumemlab.classroom.gradescope.metadata import MetadataError, read_times  # noqa: E402
+from gpumemlab.classroom.gradescope.results import results as gs_results  # noqa: E402
 from gpumemlab.cli import main  # noqa: E402
 
 needs_sandbox = pytest.mark.skipif(
@@ -97,8 +97,8 @@ def test_the_zip_holds_what_gradescope_runs(packed):
     kit.write_bytes(files[wheel[0]][0])
     with zipfile.ZipFile(kit) as zf:   # the kit of this checkout, grader and quiz banks in it
         names = set(zf.namelist())
-        assert zf.read("gpumemlab/classroom/gradescope_run.py") == \
-            (ROOT / "gpumemlab/classroom/gradescope_run.py").read_bytes()
+        assert zf.read("gpumemlab/classroom/gradescope/run.py") == \
+            (ROOT / "gpumemlab/classroom/gradescope/run.py").read_bytes()
     assert any(n.startswith("gpumemlab/quizkit/banks/") for n in names)
 
 
@@ -124,7 +124,7 @@ def test_setup_sh_installs_bubblewrap_a_cpu_torch_and_the_zipped_kit(packed):
     wheel = next(n for n in files if n.startswith("dist/"))
     assert any(line.strip().endswith(f'install "$here/{wheel}"') for line in commands)
     assert commands.index(torch) < next(i for i, line in enumerate(commands) if wheel in line)
-    assert "gradescope_run --check" in commands[-1]
+    assert "gradescope.run --check" in commands[-1]
 
 
 def test_no_solution_or_hidden_test_outside_the_teachers_notebook_and_the_kit(packed):
@@ -302,11 +302,11 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
 
 
 def _check(root: Path, path=None):
-    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
+    """setup.sh's last line: ``gradescope.run --check`` on the unpacked zip."""
     env = dict(os.environ, GPUMEMLAB_AUTOGRADER_ROOT=str(root), PYTHONPATH=str(ROOT))
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
+    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope.run",
                            "--check"], env=env, capture_output=True, text=True, timeout=120)
 
 

@@ -10,6 +10,7 @@ The zip's wheel is a stand-in: ``run_autograder`` runs with this checkout (the r
 built and checked in test_classroom_gradescope.py).
 """
 import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -47,6 +48,7 @@ def course(tmp_path_factory):
     nbformat.write(source_nb(), str(src))
     (tmp / "roster.csv").write_text(ROSTER)
     (tmp / "course.secret").write_text(SECRET + "\n")
+    os.chmod(tmp / "course.secret", 0o600)   # a secret others may read is refused
     opts = ["--secret", str(tmp / "course.secret"), "--roster", str(tmp / "roster.csv")]
     assert main(["assign", str(src), str(tmp / "release"), "--no-check"] + opts) == 0
     books = {e: nbformat.read(str(tmp / "release" / safe_name(e) / "lab.ipynb"), as_version=4)
@@ -144,8 +146,8 @@ def test_a_submission_not_tied_to_one_roster_student_is_not_graded(course):
 
 
 def _check(root: Path):
-    """setup.sh's last line: ``gradescope_run --check`` on the unpacked zip."""
-    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope_run",
+    """setup.sh's last line: ``gradescope.run --check`` on the unpacked zip."""
+    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope.run",
                            "--check"], env={"GPUMEMLAB_AUTOGRADER_ROOT": str(root),
                                             "PYTHONPATH": str(G.CHECKOUT), "PATH": "/usr/bin"},
                           capture_output=True, text=True, timeout=120)

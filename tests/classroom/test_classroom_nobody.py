@@ -27,7 +27,8 @@ ROOT = TESTS.parent
 import make_submissions as M  # noqa: E402
 from nobody_python import python_for_nobody  # noqa: E402
 
-from gpumemlab.classroom import grade, unprivileged  # noqa: E402
+from gpumemlab.classroom import grade  # noqa: E402
+from gpumemlab.classroom.isolation import unprivileged  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,

@@ -16,7 +16,7 @@ from gpumemlab.classroom.build import build_graded, student_version  # noqa: E40
 from gpumemlab.classroom.build import test_parts as parts_of  # noqa: E402
 from gpumemlab.classroom.cells import NotebookFormatError  # noqa: E402
 from gpumemlab.classroom.intake import safe_name  # noqa: E402
-from gpumemlab.classroom.judge import Judge, plan, split_test, verdict  # noqa: E402
+from gpumemlab.classroom.verdicts import Judge, plan, split_test, verdict  # noqa: E402
 from gpumemlab.classroom.kit import prepare_kit  # noqa: E402
 from gpumemlab.classroom.reports import cell_text  # noqa: E402
 from gpumemlab.cli import main  # noqa: E402

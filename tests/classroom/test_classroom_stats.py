@@ -11,9 +11,9 @@ import pytest
 
 from gpumemlab.cli import main
 from gpumemlab.classroom.answers import answer_text, short_json
-from gpumemlab.classroom.item_stats import Response, item_stats, pearson
-from gpumemlab.classroom.items import items_text
-from gpumemlab.classroom.stats_plot import plot_png
+from gpumemlab.classroom.stats.measures import Response, item_stats, pearson
+from gpumemlab.classroom.stats.items import items_text
+from gpumemlab.classroom.stats.plot import plot_png
 
 # A hand-built class: 8 students, 4 questions worth 1 point, a 2-point one with partial credit.
 STUDENTS = ["ann", "bob", "cat", "dan", "eve", "fay", "gus", "hal"]
@@ -181,7 +181,7 @@ def test_items_csv_neutralises_cells_and_stats_reads_them_back(tmp_path):
     (tmp_path / "items.csv").write_text(text)
     (tmp_path / "grades.csv").write_text("assignment,student_id,raw_score,max_score\n"
                                          "lab,'=cmd,0,1\n")
-    from gpumemlab.classroom.stats_input import read_grades, read_items
+    from gpumemlab.classroom.stats.reading import read_grades, read_items
 
     responses, students = read_items(tmp_path / "items.csv", read_grades(tmp_path / "grades.csv"))
     assert responses[0].answer == "-2" and students == ["'=cmd"]
@@ -245,7 +245,7 @@ def quiet(by_name):
     """The same statistics with no warnings: every defined item drawn blue."""
     import dataclasses
 
-    from gpumemlab.classroom.item_stats import ClassStats
+    from gpumemlab.classroom.stats.measures import ClassStats
     return ClassStats([dataclasses.replace(st, warnings=[]) for st in by_name.values()], 8)
 
 
@@ -404,7 +404,7 @@ def test_grade_writes_items_csv_with_the_judged_answers(tmp_path, capsys):
 def test_a_device_or_fifo_given_as_grades_is_refused_not_read(tmp_path):
     import os
 
-    from gpumemlab.classroom.stats_input import StatsInputError, read_grades
+    from gpumemlab.classroom.stats.reading import StatsInputError, read_grades
 
     fifo = tmp_path / "grades.csv"
     os.mkfifo(fifo)

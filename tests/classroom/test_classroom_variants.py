@@ -35,6 +35,7 @@ def files(tmp_path):
     nbformat.write(source_nb(), str(src))
     (tmp_path / "roster.csv").write_text(ROSTER)
     (tmp_path / "course.secret").write_text(SECRET + "\n")
+    os.chmod(tmp_path / "course.secret", 0o600)   # a secret others may read is refused
     return tmp_path, src
 
 
@@ -63,6 +64,7 @@ def test_secret_is_created_private_and_read_back(tmp_path):
 def test_a_secret_that_does_not_parse_is_one_line(tmp_path, text):
     path = tmp_path / "s"
     path.write_text(text)
+    os.chmod(path, 0o600)
     with pytest.raises(VariantError, match="is not a secret gpumemlab wrote") as info:
         read_secret(path)
     assert "\n" not in str(info.value)
@@ -122,6 +124,7 @@ def test_assign_bad_input_is_one_line_and_writes_nothing(files, capsys):
     dup.write_text(ROSTER + "alice,A,Again,a2@x\n")
     bad = tmp / "bad.secret"
     bad.write_text("hello")
+    os.chmod(bad, 0o600)   # private, so what is refused is its text
     new_secret = tmp / "new.secret"
     empty = tmp / "empty.csv"
     empty.write_text("id,first_name,last_name,email\n")

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from gpumemlab.classroom import confine, isolation
+from gpumemlab.classroom import isolation
+from gpumemlab.classroom.isolation import confine
 from gpumemlab.classroom.grade import StudentResult
-from gpumemlab.classroom.judging import ANSWER_LIMIT, JudgePool
+from gpumemlab.classroom.judge_pool import ANSWER_LIMIT, JudgePool
 from gpumemlab.classroom.reports import FEEDBACK_LIMIT, write_feedback
 from gpumemlab.classroom.scrub import grader_paths, scrub
 from gpumemlab.classroom.submission import (CELL_LIMIT, CONTAINER_LIMIT, SubmissionError,

@@ -1,5 +1,5 @@
 """Item statistics shown three ways: a table for the terminal, ``stats.csv`` and a
-self-contained ``stats.html`` (the plot of ``stats_plot`` embedded as a base64 PNG, the table,
+self-contained ``stats.html`` (the plot of ``plot`` embedded as a base64 PNG, the table,
 the warnings; no script, no link, nothing fetched, so it opens offline and can be mailed).
 
 Item names and answers came from notebooks and CSV files: they are cleaned (``cleantext``) for
@@ -14,7 +14,7 @@ import html
 import io
 
 from gpumemlab.cleantext import clean_text
-from .reports import cell_text
+from ..reports import cell_text
 
 CSV_COLUMNS = ["item", "n_students", "missing", "max_score", "mean_score", "difficulty",
                "discrimination", "common_wrong_answers", "warnings"]

@@ -1,9 +1,9 @@
 """The item statistics plot: difficulty (share right) against discrimination, one point per
-item, as PNG bytes for ``stats_view``'s page.
+item, as PNG bytes for ``view``'s page.
 
 x runs from 0 (no one got it) to 1 (everyone did); y is the corrected item-total correlation
 from -1 to 1, with a red line at 0 (below it: stronger students did worse) and a dotted one at
-``item_stats.WEAK``. An item whose discrimination is undefined cannot sit on that scale: it is
+``measures.WEAK``. An item whose discrimination is undefined cannot sit on that scale: it is
 drawn as a grey cross on a separate "undefined" strip under it. Items at the same place share one
 label; an item worth no points has no share right and is left out (the title counts the items
 drawn). Matplotlib's Agg canvas only, no pyplot and no display; labels are plain text (no
@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 
 from gpumemlab.cleantext import clean_text
-from .item_stats import WEAK
+from .measures import WEAK
 
 UNDEFINED_Y = -1.3
 LABEL_LIMIT = 24

@@ -203,7 +203,7 @@ def verdict(request: dict, reply, seed: str):
 
 def warm_up() -> None:
     """Import every judge and load every bank now, so that each forked judging child starts
-    with them (``judging``): a child then spends its limits on the answer, not on imports."""
+    with them (``judge_pool``): a child then spends its limits on the answer, not on imports."""
     from gpumemlab.quizkit import exercises, quiz  # noqa: F401
     from gpumemlab.quizkit.lesson_exercises import all_exercises
 

@@ -1,6 +1,6 @@
 """Item statistics of a class: which question was too hard, which did not separate the students
 who understood from those who did not. Pure computation on (student, item, score, max_score,
-answer) responses; reading files is ``stats_input``'s job, showing them ``stats_view``'s.
+answer) responses; reading files is ``reading``'s job, showing them ``view``'s.
 
 For each item (a question, or a whole assignment):
 

@@ -7,8 +7,8 @@ the image (Ubuntu), and runs ``run_autograder`` once per submission. The zip mad
     setup.sh                    apt: python3, python3-venv, bubblewrap, util-linux; a venv in
                                 /opt/gpumemlab-venv; CPU-only torch from PyTorch's CPU index;
                                 the kit from dist/; then a check of the settings and the sandbox
-    run_autograder              runs gradescope_run; writes a results.json even if that fails
-    gpumemlab-autograder.json   the settings (gradescope_config)
+    run_autograder              runs gradescope.run; writes a results.json even if that fails
+    gpumemlab-autograder.json   the settings (gradescope.config)
     teacher/<notebook>.ipynb    the teacher's source notebook: solutions and hidden tests. It
                                 lives in the autograder image only; students get the version
                                 ``gpumemlab assign`` makes
@@ -36,7 +36,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gradescope_config import CONFIG_NAME, FORMAT, SECRET_PATH, TEACHER_DIR, check_config, \
+from .config import CONFIG_NAME, FORMAT, SECRET_PATH, TEACHER_DIR, check_config, \
     visibility_of_tests
 
 VENV = "/opt/gpumemlab-venv"
@@ -64,7 +64,7 @@ py={venv}/bin/python
 # dependencies from PyPI; the CPU torch above already satisfies its torch)
 "$py" -m pip install "$here/{dist}"
 chmod 0755 "$here/run_autograder"
-GPUMEMLAB_AUTOGRADER_ROOT="$(dirname "$here")" "$py" -m gpumemlab.classroom.gradescope_run --check
+GPUMEMLAB_AUTOGRADER_ROOT="$(dirname "$here")" "$py" -m gpumemlab.classroom.gradescope.run --check
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -76,7 +76,7 @@ py="${{GPUMEMLAB_AUTOGRADER_PYTHON:-{venv}/bin/python}}"
 export GPUMEMLAB_AUTOGRADER_ROOT="$root"
 mkdir -p "$root/results"
 rm -f "$root/results/results.json"
-"$py" -m gpumemlab.classroom.gradescope_run
+"$py" -m gpumemlab.classroom.gradescope.run
 status=$?
 if [ ! -s "$root/results/results.json" ]; then
     cat > "$root/results/results.json" <<EOF
@@ -102,7 +102,7 @@ class PackReport:
     notes: list = field(default_factory=list)
 
     def text(self) -> str:
-        from .late import format_duration
+        from ..late import format_duration
 
         vis = self.config["visibility"]
         late = self.config["late"]
@@ -176,9 +176,9 @@ def _variants(source_nb, secret, roster, student_key):
     """-> (the settings' ``variants`` or None, the course secret or None); PackError when the
     options do not fit the source: a variant source needs --secret and --roster, and a source
     without variants takes neither (the secret would sit in the zip for nothing)."""
-    from .gradescope_variants import roster_ids
-    from .reports import read_roster
-    from .variants import read_secret, variant_questions
+    from .identity import roster_ids
+    from ..reports import read_roster
+    from ..variants import read_secret, variant_questions
 
     questions = variant_questions(source_nb)
     given = [opt for opt, value in (("--secret", secret), ("--roster", roster),
@@ -203,7 +203,7 @@ def _variants(source_nb, secret, roster, student_key):
 
 def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sandbox, late,
             visibility, variants=None) -> dict:
-    from .late import policy_numbers
+    from ..late import policy_numbers
 
     late = dict(late or {})
     try:
@@ -227,11 +227,11 @@ def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_m
     is Gradescope's); ``visibility``: ``["GRADE_ID=VISIBILITY"]`` overriding the notebook's;
     ``secret``, ``roster`` (paths) and ``student_key`` (a field of Gradescope's ``users[]``,
     default ``email``): a source with per-student variant questions."""
-    from .build import tests_of
-    from .cells import NotebookFormatError, validate_source
-    from .grade import read_notebook
-    from .late import policy_from_metadata
-    from .variants import bank_judges
+    from ..build import tests_of
+    from ..cells import NotebookFormatError, validate_source
+    from ..grade import read_notebook
+    from ..late import policy_from_metadata
+    from ..variants import bank_judges
 
     source, out = Path(source), Path(out)
     try:

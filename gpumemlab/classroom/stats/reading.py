@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 
 from gpumemlab.cleantext import clean_text
-from .item_stats import Response
+from .measures import Response
 
 GRADES_NEED = ("student_id", "assignment", "max_score")
 ITEMS_NEED = ("assignment", "student_id", "question", "score", "max_score")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from gpumemlab.cleantext import clean_text
 
-from .gradescope_results import NOT_YOUR_FAULT as TELL
+from .results import NOT_YOUR_FAULT as TELL
 
 
 class NotIdentified(Exception):
@@ -25,7 +25,7 @@ class NotIdentified(Exception):
 def roster_ids(roster: dict, key: str) -> list:
     """The ids of ``roster`` (``reports.read_roster``) the zip carries; a VariantError when they
     cannot be Gradescope's ``key`` (emails without '@', user ids that are not numbers)."""
-    from .variants import VariantError
+    from ..variants import VariantError
 
     if not roster:
         raise VariantError("the roster lists no students")
@@ -39,11 +39,19 @@ def roster_ids(roster: dict, key: str) -> list:
     return list(roster)
 
 
+_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _ascii_lower(text: str) -> str:
+    return text.translate(_LOWER)
+
+
 def _match(value: str, key: str, roster) -> str:
     if value in roster:
         return value
-    if key == "email":   # Gradescope may spell an address in another case than the roster
-        found = [i for i in roster if i.casefold() == value.casefold()]
+    if key == "email":   # Gradescope may spell an address in another case than the roster:
+        # ASCII letters only (casefold would make "ſam@" match "sam@" and "straße@" "strasse@")
+        found = [i for i in roster if _ascii_lower(i) == _ascii_lower(value)]
         if len(found) == 1:
             return found[0]
     return None
@@ -51,7 +59,7 @@ def _match(value: str, key: str, roster) -> str:
 
 def student_id(metadata_path, variants: dict) -> str:
     """The roster id of the one student who made this submission; NotIdentified otherwise."""
-    from .gradescope_metadata import MetadataError, read_users
+    from .metadata import MetadataError, read_users
 
     key, roster = variants["student_key"], variants["roster"]
     why = ("each student of this assignment has their own numbers, and the autograder cannot "
@@ -78,12 +86,12 @@ def student_id(metadata_path, variants: dict) -> str:
 
 def variant_seed(secret_path, metadata_path, config) -> str:
     """The seed of the submitting student's variants (None: the source has none)."""
-    from .variants import VariantError, read_secret, student_seed
+    from ..variants import VariantError, read_secret, student_seed
 
     if config.get("variants") is None:
         return None
     try:
-        secret = read_secret(secret_path)
+        secret = read_secret(secret_path, private=False)   # in the locked container
     except VariantError as exc:
         raise NotIdentified(f"The autograder is misconfigured: {exc}. {TELL}") from None
     return student_seed(secret, config["assignment"], student_id(metadata_path,

@@ -3,15 +3,15 @@
 Columns: assignment, student_id, question (the test's grade_id), score, max_score, status
 (passed/failed) and answer (the judged plain answer as short cleaned text, "" for a function
 answer or none; ``answers``). Every cell goes through ``reports.cell_text`` so that no
-spreadsheet reads one as a formula. ``gpumemlab stats`` reads the file back (``stats_input``).
+spreadsheet reads one as a formula. ``gpumemlab stats`` reads the file back (``reading``).
 """
 from __future__ import annotations
 
 import csv
 import io
 
-from .atomic import write_files
-from .reports import cell_text
+from ..atomic import write_files
+from ..reports import cell_text
 
 ITEM_COLUMNS = ["assignment", "student_id", "question", "score", "max_score", "status",
                 "answer"]

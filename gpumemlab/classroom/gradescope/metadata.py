@@ -63,7 +63,7 @@ def _load(path) -> object:
 
 
 def _time(value, what):
-    from .late import parse_time
+    from ..late import parse_time
 
     try:
         return parse_time(value, what)

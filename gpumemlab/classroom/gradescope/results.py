@@ -3,7 +3,7 @@
 It starts from ``reports.gradescope`` (score after the late penalty, per-test rows, notes) and
 adds what only Gradescope uses:
 
-* each test's ``visibility`` from the autograder's settings (``gradescope_config``); notes that
+* each test's ``visibility`` from the autograder's settings (``config``); notes that
   name a test not visible yet (``hidden``, ``after_due_date``, ``after_published``) name it
   "a test not shown yet" instead, so its id does not leak through the overall output;
 * ``output_format`` ``"text"`` everywhere (the whole output, each test's, each test's name).
@@ -64,7 +64,7 @@ def _formats(data: dict) -> dict:
 def results(result, visibility: dict, *, banner: str = "", notes=()) -> dict:
     """Gradescope's results for a graded ``grade.StudentResult``; ``banner`` and ``notes`` go
     first in the overall output."""
-    from .reports import gradescope
+    from ..reports import gradescope
 
     shown_later = [gid for gid, vis in visibility.items() if vis != "visible"]
     result.notes = [_hide(n, shown_later) for n in result.notes   # the banner says it

@@ -1,7 +1,7 @@
 """The Gradescope autograder's settings: one small JSON file the teacher's zip carries.
 
-``gpumemlab gradescope`` writes it (``gradescope_pack``) and ``run_autograder`` reads it back in
-the container (``gradescope_run``); both go through ``check_config``, so a hand-edited file that
+``gpumemlab gradescope`` writes it (``pack``) and ``run_autograder`` reads it back in
+the container (``run``); both go through ``check_config``, so a hand-edited file that
 makes no sense stops with a one-line reason instead of grading wrongly. Its fields::
 
     {"format": "gpumemlab-gradescope/1", "assignment": "lab", "notebook": "lab.ipynb",
@@ -47,7 +47,7 @@ class ConfigError(ValueError):
 def visibility_of_tests(source_nb, overrides=()) -> dict:
     """{test grade_id: visibility} from the test cells' ``metadata.gpumemlab.visibility``, then
     ``overrides`` (``["GRADE_ID=VISIBILITY", ...]``); ConfigError on a wrong value or id."""
-    from . import cells as C
+    from .. import cells as C
 
     found = {}
     for i, cell in enumerate(source_nb.cells):

@@ -1,8 +1,8 @@
 """Judging out of the grader's process: every answer is judged in a child with its own limits.
 
-A judge (``judge.verdict``: the quiz checker, a function's outputs against the reference, a
+A judge (``verdicts.verdict``: the quiz checker, a function's outputs against the reference, a
 lesson exercise run on the simulator) works on data the student chose, so it must not be able to
-take the grader's memory or time. A *judging worker* (``python -m gpumemlab.classroom.judging``,
+take the grader's memory or time. A *judging worker* (``python -m gpumemlab.classroom.judge_pool``,
 one per grading thread, started once and reused) imports the judges, then for each answer forks
 a child that sets an address-space limit (what the worker already maps plus ``memory_bytes``)
 and a CPU limit (``cpu_s``), judges, and writes its verdict to a pipe; the worker kills a child
@@ -27,6 +27,11 @@ import time
 ANSWER_LIMIT = 64 << 10          # bytes of JSON per answer: what any question needs, and more
 VERDICT_LIMIT = 16 << 10         # bytes a child may send back
 LIMITS = {"memory_bytes": 1 << 30, "cpu_s": 20, "wall_s": 30}
+# Judges that plan a training step: 14.ex runs the planner (a GPT step on fake tensors) up to
+# three times, the answer's and the two one-block-cheaper ones. Measured: 6 s of CPU and 10-20 s
+# of wall time for a right answer, and past 30 s with both cores of a 2-core machine busy, so
+# a right answer failed. Their budget is three times the others', never below the teacher's.
+SLOW_JUDGES = {"14.ex": {"cpu_s": 60, "wall_s": 90}}
 GRADER_ERROR = "the grader could not judge this answer"
 
 
@@ -60,7 +65,7 @@ def _judge_in_child(item: dict, limits: dict, wfd: int) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         room = _mapped_bytes() + int(limits["memory_bytes"])
         resource.setrlimit(resource.RLIMIT_AS, (room, room))
-        from .judge import verdict
+        from .verdicts import verdict
 
         try:
             ok, message = verdict(item["request"], item["reply"], item["seed"])
@@ -132,7 +137,7 @@ def judge_one(item: dict, limits: dict) -> dict:
 
 def worker_main() -> int:
     """Read one JSON item per line on stdin, write one verdict per line on stdout."""
-    from .judge import warm_up
+    from .verdicts import warm_up
 
     warm_up()
     for line in sys.stdin:
@@ -163,7 +168,7 @@ class JudgePool:
 
     def _start(self):
         env = dict(os.environ if self.env is None else self.env)
-        return subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.judging"],
+        return subprocess.Popen([sys.executable, "-m", "gpumemlab.classroom.judge_pool"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
                                 text=True, encoding="utf-8", errors="backslashreplace")
 
@@ -173,7 +178,10 @@ class JudgePool:
         item = {"request": request, "reply": reply, "seed": seed, "who": who}
         try:
             size = len(json.dumps(reply))
-            line = json.dumps({"item": item, "limits": self.limits})
+            limits = dict(self.limits)
+            for key, value in SLOW_JUDGES.get(request.get("question"), {}).items():
+                limits[key] = max(limits[key], value)
+            line = json.dumps({"item": item, "limits": limits})
         except (ValueError, TypeError, RecursionError):
             return False, f"{request['question']}: the answer cannot be read back as data"
         if size > ANSWER_LIMIT:

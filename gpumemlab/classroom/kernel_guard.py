@@ -8,7 +8,7 @@ captured the real builtins, ``sys.path`` and a per-run secret key before the stu
 
 Each **test cell** is replaced by a one-line call that finds that runner from a literal
 (``().__class__.__base__.__subclasses__()``, so names the student rebound cannot intercept it).
-It first sends out the answers the grader asked for (``judge``): each answer name's value as
+It first sends out the answers the grader asked for (``verdicts``): each answer name's value as
 plain JSON data, or a function's outputs on the grader's inputs, in one display output of type
 ``text/x-gpumemlab-answers``. Those are judged outside, by the grader. Then it restores the
 builtins, ``sys.path`` and a fresh ``gpumemlab``, runs the test's remaining statements (the
@@ -247,7 +247,14 @@ def library_roots(kit) -> list:
 
 
 def trusted_sys_path(kit) -> list:
-    """The kernel's import path: the student kit first (so that copy is the one imported)."""
+    """The kernel's import path: the student kit first (so that copy is the one imported).
+    A kit with a view of the packages (an unprivileged run: ``unprivileged.site_view``) is
+    the whole path: the kit, then the view, then the standard library."""
+    view = os.path.join(str(kit), "site")
+    if os.path.isdir(view):
+        std = [p for p in sys.path if p and os.path.isdir(p) and "-packages" not in p
+               and os.path.realpath(p).startswith(os.path.realpath(sys.base_prefix) + os.sep)]
+        return [str(kit), view] + std
     roots = [os.path.realpath(r) for r in library_roots(kit) if r != str(kit)]
     rest = [p for p in sys.path if p and os.path.isdir(p)
             and any(os.path.realpath(p) == r or os.path.realpath(p).startswith(r + os.sep)

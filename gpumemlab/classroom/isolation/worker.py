@@ -15,7 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import isolation, unprivileged
+from .. import isolation
+from . import unprivileged
 from .confine import sandbox_cgroup
 
 RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
@@ -48,16 +49,21 @@ def run_worker(run, base, home, io, job_path, timeout, notes) -> dict:
     if run.runs_as != "nobody":
         return _start_worker(run, base, home, io, job_path, timeout, notes)
     uid = unprivileged.pick_uid()   # this run's alone: its leftovers are killed by uid
+    hidden = unprivileged.installed_copies()   # the grader's gpumemlab and banks: not for it
     try:
+        unprivileged.deny(hidden, uid)
         unprivileged.hand_over(base, home, io, uid)
         return _start_worker(run, base, home, io, job_path, timeout, notes, uid)
     finally:
         unprivileged.take_back(base)
+        unprivileged.allow_again(hidden, uid)
         unprivileged.release_uid(uid)
 
 
 def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None) -> dict:
-    inner = [sys.executable, "-m", "gpumemlab.classroom.runner", job_path]
+    # an unprivileged run starts with -S: its path is the kit and a view without gpumemlab
+    inner = [sys.executable] + (["-S"] if run.runs_as == "nobody" else []) + \
+        ["-m", "gpumemlab.classroom.runner", job_path]
     cleanup, fds, group = (lambda: None), (), None
     if run.sandbox:
         bound = isolation.python_roots() + ["/usr", "/etc"]
@@ -71,7 +77,9 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None) -> di
     else:
         argv = unprivileged.command(inner, uid) if run.runs_as == "nobody" else inner
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
-        env.update(HOME=str(home), PYTHONPATH=str(run.kit), PYTHONNOUSERSITE="1")
+        env.update(HOME=str(home), PYTHONNOUSERSITE="1",
+                   PYTHONPATH=unprivileged.python_path(run.kit) if run.runs_as == "nobody"
+                   else str(run.kit))
     log = open(base / "worker.log", "wb")
     since = unprivileged.boot_ticks()
     try:

@@ -5,8 +5,8 @@ and ``$GPUMEMLAB_AUTOGRADER_ROOT`` when set (a test's fake tree)::
 
     source/                     the teacher's zip, unpacked: settings, teacher/<notebook>
     submission/                 the student's files
-    submission_metadata.json    submission time, due dates, who submitted (``gradescope_metadata``)
-    results/results.json        what this writes (``gradescope_results``)
+    submission_metadata.json    submission time, due dates, who submitted (``metadata``)
+    results/results.json        what this writes (``results``)
 
 One submission is graded the way ``gpumemlab grade`` grades each one (``grade.open_run`` and
 ``grade.grade_one``): rebuilt from the teacher's notebook, run in the bubblewrap sandbox when it
@@ -16,14 +16,14 @@ say so at the top. Without it, as root, the notebook runs as an unprivileged uid
 of other users' reach.
 The late penalty comes from the settings' numbers and Gradescope's times. A source with
 per-student variant questions is judged against the submitting student's own variant
-(``gradescope_variants``), or not graded when that student cannot be told.
+(``identity``), or not graded when that student cannot be told.
 
 Whatever happens (no submission, an unreadable notebook, broken settings, a grader bug) a
 results.json is written: score 0 and the reason when nothing could be graded; the traceback
 goes to stdout, which Gradescope shows the teacher only. The file is written to a temporary name
 and renamed, so Gradescope never reads half of one.
 
-``python -m gpumemlab.classroom.gradescope_run --check`` (run by setup.sh while the image is
+``python -m gpumemlab.classroom.gradescope.run --check`` (run by setup.sh while the image is
 built) reads the settings and the notebook and says whether the sandbox works there.
 """
 from __future__ import annotations
@@ -36,9 +36,9 @@ import time
 import traceback
 from pathlib import Path
 
-from .gradescope_config import CONFIG_NAME, SECRET_PATH, TEACHER_DIR, ConfigError, \
+from .config import CONFIG_NAME, SECRET_PATH, TEACHER_DIR, ConfigError, \
     read_config
-from .gradescope_results import NOT_YOUR_FAULT
+from .results import NOT_YOUR_FAULT
 
 ROOT_ENV = "GPUMEMLAB_AUTOGRADER_ROOT"
 DEFAULT_ROOT = "/autograder"
@@ -55,9 +55,9 @@ def autograder_root() -> Path:
 
 def _settings(root: Path):
     """(config, source notebook), or _Refused."""
-    from .cells import NotebookFormatError, validate_source
-    from .grade import read_notebook
-    from .variants import bank_judges, variant_questions
+    from ..cells import NotebookFormatError, validate_source
+    from ..grade import read_notebook
+    from ..variants import bank_judges, variant_questions
 
     try:
         config = read_config(root / "source" / CONFIG_NAME)
@@ -81,7 +81,7 @@ def _settings(root: Path):
 
 def _times(root: Path, config):
     """(SubmissionTimes or None, note): read before any of the submission's code runs."""
-    from .gradescope_metadata import METADATA_NAME, MetadataError, read_times
+    from .metadata import METADATA_NAME, MetadataError, read_times
 
     if config.get("late") is None:
         return None, ""
@@ -96,7 +96,7 @@ def _times(root: Path, config):
 
 def _sandbox(config):
     """(use the sandbox?, why not: None for ``sandbox: off``, else the reason; "" with it)."""
-    from . import isolation
+    from .. import isolation
 
     if config["sandbox"] == "off":
         return False, None
@@ -113,7 +113,7 @@ def lock_down(root: Path) -> None:
     """The teacher's files, the results and Gradescope's metadata (earlier results too) out of
     reach of other users, so that a notebook run as an unprivileged user without the sandbox cannot read or
     change them; run before any of the submission's code."""
-    from .gradescope_metadata import METADATA_NAME
+    from .metadata import METADATA_NAME
 
     (root / "results").mkdir(mode=0o700, exist_ok=True)
     for path, mode in ((root / "source", 0o700), (root / "results", 0o700),
@@ -128,7 +128,7 @@ def lock_down(root: Path) -> None:
 
 def _submission(root: Path, config):
     """(folder or None, notebook path or None, notes)."""
-    from .intake import find_notebook
+    from ..intake import find_notebook
 
     folder = root / "submission"
     try:
@@ -146,14 +146,14 @@ def _submission(root: Path, config):
 
 def grade_submission(root: Path, started: float) -> dict:
     """The results for the submission under ``root`` (raises only for grader bugs)."""
-    from .grade import grade_one, open_run, unsandboxed_warnings
-    from .gradescope_metadata import METADATA_NAME
-    from .gradescope_results import results
-    from .gradescope_metadata import METADATA_NAME
-    from .gradescope_variants import NotIdentified, variant_seed
-    from .late import LatePolicy, late_penalty
+    from ..grade import grade_one, open_run, unsandboxed_warnings
+    from .metadata import METADATA_NAME
+    from .results import results
+    from .metadata import METADATA_NAME
+    from .identity import NotIdentified, variant_seed
+    from ..late import LatePolicy, late_penalty
 
-    from .gradescope_results import not_isolated_banner
+    from .results import not_isolated_banner
 
     config, source_nb = _settings(root)
     times, late_note = _times(root, config)
@@ -194,14 +194,14 @@ def grade_submission(root: Path, started: float) -> dict:
 
 
 def write_results(path: Path, data: dict) -> None:
-    from .atomic import write_files
+    from ..atomic import write_files
 
     write_files({path: json.dumps(data, indent=1, ensure_ascii=False)})
 
 
 def run(root: Path) -> dict:
     """Grade and write ``results/results.json``; never raises. -> the results written."""
-    from .gradescope_results import failure
+    from .results import failure
 
     started = time.monotonic()
     try:
@@ -218,20 +218,20 @@ def run(root: Path) -> dict:
 
 def check(root: Path) -> int:
     """setup.sh's check while the image is built: settings, notebook, sandbox."""
-    from . import isolation
+    from .. import isolation
 
     try:
         config, _ = _settings(root)
     except _Refused as exc:
         print(f"gpumemlab autograder: {exc}")
         return 1
-    from .variants import VariantError, read_secret
+    from ..variants import VariantError, read_secret
 
     reason = isolation.unavailable_reason()
     print(f"gpumemlab autograder: {config['assignment']} ({config['notebook']}); settings read")
     if config.get("variants") is not None:
         try:
-            read_secret(root / "source" / SECRET_PATH)
+            read_secret(root / "source" / SECRET_PATH, private=False)
         except VariantError as exc:
             print(f"gpumemlab autograder: {exc}")
             return 1
