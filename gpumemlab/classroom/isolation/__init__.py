@@ -199,10 +199,11 @@ def sandboxed_command(home, io, kit, inner: list, *, masks=(), memory_bytes=None
     System V shared memory are always denied (``confine.seccomp_program``)."""
     from .confine import seccomp_fd, tmpfs_bytes
 
+    seccomp = seccomp_fd()   # first: an unknown architecture raises before any fd is held
     ns = MappedUserNamespace() if running_as_root() else None
     fd = ns.fd if ns is not None else None
     files, fds, size = home_files(home)
-    fds.append(seccomp_fd())
+    fds.append(seccomp)
     tmp = tmpfs_bytes(memory_bytes) if memory_bytes else TMPFS_BYTES
     argv = bwrap_argv(home, io, kit, userns_fd=fd, masks=masks, seccomp_fd=fds[-1],
                       tmpfs_bytes=tmp, home_bytes=size + tmp) + files \
@@ -220,6 +221,8 @@ def sandboxed_command(home, io, kit, inner: list, *, masks=(), memory_bytes=None
 @functools.lru_cache(maxsize=1)
 def unavailable_reason():
     """None when a sandbox can be made here; otherwise one line saying why not."""
+    from .confine import UnknownArchitecture
+
     for tool in ("bwrap",) + (("unshare", "setpriv") if running_as_root() else ()):
         if shutil.which(tool) is None:
             return (f"{tool} is not installed (Debian: apt-get install bubblewrap"
@@ -239,6 +242,8 @@ def unavailable_reason():
                                 "import os; open('/grader/result.json', 'w').write('ok')"])
         except OSError as exc:
             return f"cannot make a user namespace: {exc}"
+        except UnknownArchitecture as exc:   # one line, as every other reason, not a traceback
+            return str(exc)
         try:
             proc = subprocess.run(argv, pass_fds=fds, capture_output=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as exc:
