@@ -96,8 +96,11 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
     ("llamacpp", "llama.cpp (ggml) asked the driver for a buffer and it had no room: its "
      "buffers are allocated whole (model weights per device, the KV cache, the compute buffer), "
      "with no caching allocator between them",
+     # old builds (2023) checked every CUDA call with "CUDA error 2 at ggml-cuda.cu:N: out of
+     # memory" (2 is cudaErrorMemoryAllocation) and then printed "current device: N"
      re.compile(r"cudaMallocfailed:outofmemory|failedtoallocate(?:CUDA|ROCm)\d+bufferofsize|"
-                r"unabletoallocate(?:CUDA\d+|backend)buffer", re.I),
+                r"unabletoallocate(?:CUDA\d+|backend)buffer|"
+                r"CUDAerror2at.{0,200}?ggml[\w-]{0,20}\.cu:\d+:outofmemory", re.I),
      ("-ngl / --n-gpu-layers (fewer layers on the GPU) and --tensor-split across GPUs",
       "-c / --ctx-size (the KV cache grows with it), --cache-type-k/v q8_0, -ub / --ubatch-size "
       "(the compute buffer)", "a smaller quantization of the model")),
@@ -109,7 +112,8 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
     ("tensorflow", "TensorFlow's allocator ran out (its own BFC pool, not PyTorch's)",
      re.compile(r"OOMwhenallocatingtensor|ResourceExhaustedError|Allocator\(GPU_\d+_bfc\)ranout"
                 r"ofmemory|failedtoallocate[\d.]+[KMGT]?(?:\(\d+bytes\))?fromdevice:(?:CUDA_ERROR_OUT"
-                r"_OF_MEMORY|hipError_t\(1002\))", re.I), _TF),     # 1002: hipErrorOutOfMemory
+                r"_OF_MEMORY|hipError_t\(1002\)|HIP_ERROR_OutOfMemory)", re.I), _TF),
+    # 1002 is hipErrorOutOfMemory; TF's rocm_driver.cc names the driver's HIP_ERROR_OutOfMemory
     ("candle", "candle (Rust) asked the CUDA driver directly and it had no room: there is no "
      "caching allocator between them",
      re.compile(r"DriverError\(CUDA_ERROR_OUT_OF_MEMORY"),
@@ -138,7 +142,7 @@ _KEYS = {
     "vllm": ("cacheblocks", "kvcache", "gpublocks", "onstartupislessthan"),
     "sglang": ("--mem-fraction-static",),
     "tgi": ("notenoughmemorytohandle",),
-    "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate"),
+    "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate", "cudaerror2at"),
     "jax": ("resource_exhausted", "resourceexhausted", "xlaruntimeerror"),
     "tensorflow": ("oomwhenallocating", "resourceexhaustederror", "ranoutofmemory",
                    "fromdevice"),

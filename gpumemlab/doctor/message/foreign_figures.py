@@ -55,6 +55,7 @@ _VLLM_STARTUP = re.compile(r"Freememoryondevice(?:cuda:\d+)?\((\d+(?:\.\d+)?)/(\
                            r"GiB\)onstartupislessthandesiredGPUmemoryutilization\((\d+(?:\.\d+)?)"
                            r",(\d+(?:\.\d+)?)GiB\)", re.I)   # titles quote it in lower case
 _LLAMA = re.compile(r"allocating(\d+(?:\.\d+)?)MiBondevice(\d+):cudaMallocfailed")
+_LLAMA_DEVICE = re.compile(r"ggml[\w-]{0,20}\.cu:\d+:outofmemorycurrentdevice:(\d+)")
 _LLAMA_SIZE = re.compile(r"failedtoallocate(CUDA|ROCm|Vulkan|Metal)(\d+)bufferofsize(\d+)")
 _HOST = re.compile(r"(?:failedtoalloc(\d+)bytesonhost|pinnedhostmemoryofsize:(\d+))")
 _TGI = re.compile(r"Notenoughmemorytohandle(\d+)(totaltokens|prefilltokens)")
@@ -170,6 +171,11 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             fig["device"] = int(m.group(2))
             says.append(f"llama.cpp could not allocate a {_s(int(m.group(3)))} {m.group(1)} "
                         f"buffer on device {m.group(2)}")
+        m = last(_LLAMA_DEVICE)
+        if m and "device" not in fig:     # old builds name the device, not the size
+            fig["device"] = int(m.group(1))
+            says.append(f"a CUDA call in ggml-cuda.cu failed with out of memory on device "
+                        f"{m.group(1)} (old builds print no size)")
     elif framework == "host_pinned":
         m = last(_HOST)
         if m:
