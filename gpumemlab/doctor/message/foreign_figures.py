@@ -42,6 +42,9 @@ _JAX_BFC = re.compile(r"ranoutofmemorytryingtoallocate" + _SZ.replace(r"\s?", ""
 _JAX_ASYNC = re.compile(r"cuMemAlloc(?:Async)?failedtoallocate(\d+)bytes")
 _JAX_TOTAL = re.compile(r"totalallocation:(\d+(?:\.\d+)?)(TiB|GiB|MiB|KiB|B)")
 _JAX_CUDA = re.compile(r"Freememory/Totalmemory:(\d+)/(\d+)")
+# the BFC allocator's Stats block (tsl/framework/bfc_allocator.cc, logged by TensorFlow and XLA
+# when it runs out): Limit, InUse, MaxInUse, ..., LargestFreeBlock, all in bytes
+_BFC_STATS = re.compile(r"Limit:(\d+)InUse:(\d+)(?:MaxInUse:(\d+))?.{0,200}?LargestFreeBlock:(\d+)")
 _TF_SHAPE = re.compile(r"OOMwhenallocatingtensorwithshape\[([\d,]*)\](?:andtype(\w+?)on)?")
 _TF_BYTES = re.compile(r"failedtoallocate[\d.]+[KMGT]?\((\d+)bytes\)")
 _TF_SIZE = re.compile(r"failedtoallocate(\d+(?:\.\d+)?)([KMGT])fromdevice")
@@ -72,7 +75,18 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         return found
 
     fig, says = {}, []
-    if framework == "jax":
+    if framework in ("jax", "exla", "tensorflow"):
+        m = last(_BFC_STATS)
+        if m:
+            limit, used, largest = int(m.group(1)), int(m.group(2)), int(m.group(4))
+            fig.update(pool_limit_bytes=limit, pool_in_use_bytes=used,
+                       largest_free_block_bytes=largest)
+            if m.group(3):
+                fig["pool_peak_bytes"] = int(m.group(3))
+            says.append(f"the BFC pool's limit is {_s(limit)} and {_s(used)} of it was in use "
+                        f"(Limit - InUse: {_s(max(limit - used, 0))}; the largest free block "
+                        f"{_s(largest)})")
+    if framework in ("jax", "exla"):
         m = last(_JAX_REQUEST)
         if m:
             fig["requested_bytes"] = int(m.group(1))
@@ -98,6 +112,7 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         if m:
             fig["free_bytes"], fig["total_bytes"] = int(m.group(1)), int(m.group(2))
             says.append(f"CUDA reported {_s(int(m.group(1)))} free of {_s(int(m.group(2)))}")
+        _pool_sentence(fig, says)
         if fig.get("requested_bytes") and fig.get("total_bytes") \
                 and fig["requested_bytes"] > fig["total_bytes"]:
             says.append("the one buffer is larger than the whole card: a shape or a batch is "
@@ -124,6 +139,7 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         if m and "requested_bytes" not in fig:      # "8.00G": TensorFlow's binary units
             fig["requested_bytes"] = _b(m.group(1), m.group(2))
             says.append(f"the allocator asked the driver for {m.group(1)} {m.group(2)}iB at once")
+        _pool_sentence(fig, says)
     elif framework == "vllm":
         m = last(_VLLM_GIB)
         if m:
@@ -189,6 +205,24 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             says.append(f"the warm-up batch of {int(m.group(1)):,} "
                         f"{'prefill' if 'prefill' in m.group(2) else 'total'} tokens did not fit")
     return fig, says
+
+
+def _pool_sentence(fig, says):
+    """What the BFC Stats block says of this request: the pool full, or free but in pieces."""
+    R, limit = fig.get("requested_bytes"), fig.get("pool_limit_bytes")
+    if R is None or limit is None:
+        return
+    free, largest = max(limit - fig["pool_in_use_bytes"], 0), fig["largest_free_block_bytes"]
+    if largest == 0 and free >= R:
+        says.append(f"the pool has no free block at all: the {_s(free)} between Limit and InUse "
+                    f"is not free chunks (regions not yet grown, or lost to chunk rounding), "
+                    f"so the pool is full for this {_s(R)} request")
+    elif free < R:
+        says.append(f"the pool had {_s(free)} free, less than the {_s(R)} asked for: the pool "
+                    f"is full (a larger pool or a smaller program)")
+    elif largest < R:
+        says.append(f"the pool had {_s(free)} free but no block of {_s(R)} (the largest "
+                    f"{_s(largest)}): its free memory is fragmented")
 
 
 def _floor2(x: float) -> str:
