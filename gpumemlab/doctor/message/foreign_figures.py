@@ -53,6 +53,12 @@ _VLLM_TOKENS = re.compile(r"maxseqlen\((\d+)\)islargerthanthemaximumnumberoftoke
 _VLLM_GIB = re.compile(r"maxseqlen\((\d+)\),?\(?(\d+(?:\.\d+)?)GiBKVcacheisneeded,whichis"
                        r"largerthantheavailableKVcachememory\((-?\d+(?:\.\d+)?)GiB\)")
 _VLLM_AVAILABLE = re.compile(r"AvailableKVcachememory[:(](-?\d+(?:\.\d+)?)GiB")
+# the worker's profiling line: "total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) =
+# 5.60GiB" then "model weights take 5.20GiB; ...; PyTorch activation peak memory takes 1.42GiB;
+# the rest of the memory reserved for KV Cache is -1.05GiB"
+_VLLM_BUDGET = re.compile(r"x?gpu_memory_utilization\((\d+(?:\.\d+)?)\)=(\d+(?:\.\d+)?)GiB")
+_VLLM_PARTS = re.compile(r"modelweightstake(\d+(?:\.\d+)?)GiB.{0,120}?activationpeakmemorytakes"
+                         r"(\d+(?:\.\d+)?)GiB.{0,80}?reservedforKVCacheis(-?\d+(?:\.\d+)?)GiB")
 _VLLM_ESTIMATE = re.compile(r"estimatedmaximummodellengthis(\d+)")
 _VLLM_STARTUP = re.compile(r"Freememoryondevice(?:cuda:\d+)?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)"
                            r"GiB\)onstartupislessthandesiredGPUmemoryutilization\((\d+(?:\.\d+)?)"
@@ -154,6 +160,20 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             says.append(f"max_model_len is {want:,} tokens and the KV cache holds {have:,}: "
                         f"{want - have:,} tokens ({(want - have) / want:.0%}) short; "
                         f"max_model_len={have} or less fits as it is")
+        m = last(_VLLM_BUDGET)
+        if m:
+            fig.update(gpu_memory_utilization=float(m.group(1)),
+                       budget_bytes=_b(m.group(2), "GiB"))
+            says.append(f"the engine may use {m.group(2)} GiB (gpu_memory_utilization="
+                        f"{m.group(1)} x the card)")
+        m = last(_VLLM_PARTS)
+        if m:
+            fig.update(weights_bytes=_b(m.group(1), "GiB"),
+                       activation_peak_bytes=_b(m.group(2), "GiB"),
+                       kv_available_bytes=_b(m.group(3), "GiB"))
+            says.append(f"the weights take {m.group(1)} GiB and the activation peak "
+                        f"{m.group(2)} GiB")
+            says.append(_available_sentence(float(m.group(3))))
         m = last(_VLLM_ESTIMATE)
         if m:
             fig["estimated_max_model_len"] = int(m.group(1))

@@ -18,7 +18,7 @@ from gpumemlab.units import format_size
 from ..diagnosis import Diagnosis
 from . import NotAnOOMMessage, OOMMessage, parse_message
 from .remedies import fixes as fit_fixes
-from .kind import decide, split_processes
+from .kind import CONTEXT_FLOOR, decide, split_processes
 from .foreign import identify
 from .foreign_figures import read as read_foreign_figures
 from .host_path import diagnose_host_path
@@ -233,6 +233,13 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    f"reserved)" + ("" if f["outside"] is None else
                                    f", the other {_fmt(max(f['outside'] - f['non_pytorch'], 0))} "
                                    f"is other processes', the desktop's or the driver's"))
+        if f["non_pytorch"] > 2 * CONTEXT_FLOOR:
+            # a context and its libraries take well under 1.5 GiB: far more is another
+            # allocator living in this process
+            out.append(f"this process's {_fmt(f['non_pytorch'])} outside PyTorch's allocator is "
+                       f"far more than a CUDA context and its libraries take: probably a second "
+                       f"allocator in the process (tiny-cuda-nn, cupy, JAX, TensorRT or another "
+                       f"library calling cudaMalloc itself)")
     for pid, fig in m.other_processes.items():
         line = f"process {pid} holds {fig.text}"
         if pid == me:
