@@ -91,3 +91,11 @@ def test_a_second_allocator_in_the_process_and_vllms_budget():
     fig = d.details["figures"]
     assert fig["budget_bytes"] == round(5.60 * GiB) and fig["weights_bytes"] == round(5.20 * GiB)
     assert "1.05 GiB below zero" in d.summary
+
+
+def test_an_xpu_free_figure_that_is_total_minus_reserved_is_said_to_be_an_estimate():
+    d = diagnose_message(PASTE["xpuops-3011"])      # 5.65 GiB free of 5.65 GiB, 2 MiB reserved
+    assert any("PyTorch's own estimate" in e for e in d.evidence)
+    # a free figure the driver reported (less than total - reserved) gets no such line
+    other = PASTE["xpuops-3011"].replace("of which 5.65 GiB is free", "of which 4.90 GiB is free")
+    assert not any("estimate" in e for e in diagnose_message(other).evidence)

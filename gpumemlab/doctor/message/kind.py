@@ -10,6 +10,8 @@ memory of the ``Process N has M memory in use`` lines that are not this process
    cudaMallocAsync backend's "PyTorch limit", MPS's "max allowed" (allocated + other + R above
    it); a sum within the printed rounding of the cap is the cap too (a tie, not a refusal):
    ``exhaustion``;
+1b. no free figure printed (XPU), a platform's per-allocation limit (an Intel GPU's 4 GiB) at or
+   under R, and reserved + R + a context inside T: ``unexplained`` (rule ``per_allocation_limit``);
 2. F clearly at least R (beyond the printed rounding and a margin for page and segment
    granularity): other processes active => ``outside_pytorch`` (they took the room back or hold
    what the failure needed); none => ``unexplained``, with the margin stated: neither a cap,

@@ -257,6 +257,7 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    "roundup_power2_divisions, garbage_collection_threshold) are not in use")
     if m.hint:
         out.append(f"PyTorch's hint line suggests {m.hint}; it prints that whatever the settings")
+    out.extend(platform.figure_notes(m, f))
     return out
 
 

@@ -14,7 +14,10 @@ backend reads none of the native allocator's settings.
 A new platform is one subclass of :class:`PlatformKind` added to :data:`PLATFORMS` (as vLLM keeps
 one class per platform): its clues, its variable, which allocator settings it honours
 (:meth:`PlatformKind.supports`, which also ranks the fixes), its cause and its fixes live there
-and nowhere else. Each clue is a literal word or path shape searched once over a bounded
+and nowhere else, with its own words: the torch module of its memory API (``module``), whether its
+message's hint names a setting, a per-allocation limit (:meth:`PlatformKind.allocation_limit`) and
+its own settings the text says are set (:meth:`PlatformKind.settings_said`, MPS's watermark
+ratio). Each clue is a literal word or path shape searched once over a bounded
 window of the text (linear time); :func:`detect` returns the platforms found with the words that
 gave them away.
 """
@@ -73,6 +76,11 @@ class PlatformKind:
 
     def outside_fixes(self, msg) -> list:
         """This platform's fixes for memory held outside PyTorch (who else holds the card)."""
+        return []
+
+    def figure_notes(self, msg, f: dict) -> list:
+        """What this platform's figures mean beyond the common reading (``f``: the figures in
+        bytes, as message/mode.py derives them)."""
         return []
 
     def settings_said(self, text: str) -> dict:
@@ -174,6 +182,18 @@ class XPU(PlatformKind):
         if msg.per_allocation_limit is not None:
             return msg.per_allocation_limit.bytes, False
         return self.LIMIT, msg.allocator != "ipex"
+
+    def figure_notes(self, msg, f):
+        T, F, held = f.get("total"), f.get("free"), f.get("reserved")
+        if None in (T, F, held) or msg.total is None or msg.free is None:
+            return []
+        if abs(T - held - F) <= msg.total.precision_bytes + msg.free.precision_bytes:
+            # c10/xpu/XPUCachingAllocator.cpp: device_free = device_total - reserved unless the
+            # device has sycl::aspect::ext_intel_free_memory
+            return ["the free figure is the total minus what PyTorch reserved: it may be "
+                    "PyTorch's own estimate (the XPU allocator computes it so when the device "
+                    "cannot report free memory), which does not see other processes"]
+        return []
 
     def fixes(self, msg, requested):
         if msg.per_allocation_limit is not None:
@@ -279,6 +299,10 @@ class Platform:
         """The first platform found that has no expandable segments, or None."""
         return next((k.name for k in self.kinds if k.supports("expandable_segments") == "no"),
                     None)
+
+    def figure_notes(self, msg, f) -> list:
+        """Every found platform's own lines on what its figures mean."""
+        return [line for k in self.kinds for line in k.figure_notes(msg, f)]
 
     def outside_fixes(self, msg) -> list:
         """Every found platform's fixes for memory held outside PyTorch."""

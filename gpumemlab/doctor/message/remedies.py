@@ -6,7 +6,8 @@ no setting the text says is already on, no expandable segments where the platfor
 7.0 or newer), settings under the variable this platform's allocator reads
 (``PYTORCH_HIP_ALLOC_CONF`` on ROCm, ``PYTORCH_XPU_ALLOC_CONF`` on recent XPU builds), MPS's own
 remedies on MPS, and platform fixes (WDDM shared memory, WSL's memory limit, per-allocation
-limits, the driver) for ``unexplained``. Advice fits the evidence: no action aimed at the
+limits, the driver) for ``unexplained``; ``unknown`` still gets "hold less at the peak" (and a
+platform's per-allocation limit when the request reaches it). Advice fits the evidence: no action aimed at the
 process that is this very process, another framework's preallocation only when the text shows
 that framework, a per-process cap only when several processes share the card, a bigger card
 always more than this one. :func:`fixes` returns the ranked fixes and one line per
