@@ -29,7 +29,7 @@ def test_the_corpus_is_large_and_covers_every_kind_and_platform():
             "cudaMallocAsync", "mps", "exa", "thc", "runtime_error"} <= forms
     frameworks = {p.get("framework") for p in PASTES}
     assert {"jax", "tensorflow", "candle", "vllm", "sglang", "tgi", "cuda_init", "host_pinned",
-            "nccl", "llamacpp"} <= frameworks
+            "nccl", "llamacpp", "exla"} <= frameworks
     assert len(PASTES) >= 150
     texts = " ".join(p["text"] for p in PASTES)
     for backend in ("CUDA out of memory", "HIP out of memory", "XPU out of memory",

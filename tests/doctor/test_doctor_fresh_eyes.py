@@ -35,10 +35,12 @@ def test_the_other_processes_figure_leaves_out_this_very_process():
 def test_an_xpu_request_over_4_gib_names_the_per_allocation_limit():
     d = diagnose_message(XPU_BIG)
     assert d.kind == "unknown" and "no free-memory figure" in d.summary
-    assert [f.name for f in d.fixes] == ["per_allocation_limit"]
+    # 10.30 GiB held + 4.50 GiB on a 15.11 GiB card: the card may have been full too, so the
+    # kind stays open, but the limit is named first and holding less always helps
+    assert [f.name for f in d.fixes] == ["per_allocation_limit", "reduce_peak_memory"]
     # under 4 GiB there is nothing the platform adds
     small = diagnose_message(XPU_BIG.replace("4.50 GiB.", "3.50 GiB."))
-    assert small.fixes == []
+    assert [f.name for f in small.fixes] == ["reduce_peak_memory"]
 
 
 # the 1.4-2.0 form (its hint names max_split_size_mb, so 1.10-2.0), with full-width punctuation

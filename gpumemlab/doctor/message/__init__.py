@@ -76,8 +76,8 @@ LOOKED_FOR = (
     "looked for PyTorch's \"CUDA out of memory. Tried to allocate ...\" (or HIP/XPU, or 0.x's "
     "\"cuda runtime error (2) : out of memory\"), the cudaMallocAsync \"Allocation on device ... "
     "would exceed allowed memory\", Apple's \"MPS backend out of memory\", and the memory errors "
-    "of JAX/XLA, TensorFlow, candle, numba, vLLM, SGLang, TGI, NCCL, CUDA initialisation and "
-    "pinned host memory")
+    "of JAX/XLA (and Elixir's EXLA), TensorFlow, llama.cpp, candle, numba, vLLM, SGLang, TGI, "
+    "NCCL, CUDA initialisation and pinned host memory")
 _FIELDS = {  # name: pattern on the squashed body (1.x spelling | 2.x spelling)
     "device": re.compile(r"\(GPU(\d+);|GPU(\d+|[\x01-\x1b])hasatotalcapac"),
     "total": re.compile(_SIZE + r"totalcapacity|hasatotalcapac(?:i)?tyof" + _SIZE

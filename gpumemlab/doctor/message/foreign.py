@@ -42,6 +42,13 @@ _XLA = ("XLA_PYTHON_CLIENT_MEM_FRACTION (the share of the card JAX preallocates,
         "XLA_PYTHON_CLIENT_PREALLOCATE=false (allocate on demand, so other processes keep room)",
         "XLA_PYTHON_CLIENT_ALLOCATOR=platform (no pool: frees at once, slower)",
         "the program's own buffers (BufferAssignment stats: smaller batch, jax.checkpoint/remat)")
+# EXLA's own client options (hexdocs.pm/exla, "Clients"): not JAX's XLA_PYTHON_CLIENT_* variables
+_EXLA = ("the client's :memory_fraction (how much of the GPU the client takes, 0.9 by default) "
+         "and :preallocate (true by default), e.g. config :exla, :clients, cuda: [platform: "
+         ":cuda, memory_fraction: 0.8, preallocate: false]",
+         "the program's own buffers (BufferAssignment stats: a smaller batch, fewer live "
+         "tensors; Nx.backend_transfer to the host for what is not needed on the GPU)",
+         "other OS processes or BEAM clients on the same GPU (nvidia-smi)")
 _TF = ("tf.config.experimental.set_memory_growth(gpu, True) or TF_FORCE_GPU_ALLOW_GROWTH=true "
        "(TensorFlow otherwise maps nearly the whole card at start)",
        "a memory limit per GPU (tf.config.set_logical_device_configuration(..., memory_limit=...); "
@@ -96,8 +103,11 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
     ("llamacpp", "llama.cpp (ggml) asked the driver for a buffer and it had no room: its "
      "buffers are allocated whole (model weights per device, the KV cache, the compute buffer), "
      "with no caching allocator between them",
+     # old builds (2023) checked every CUDA call with "CUDA error 2 at ggml-cuda.cu:N: out of
+     # memory" (2 is cudaErrorMemoryAllocation) and then printed "current device: N"
      re.compile(r"cudaMallocfailed:outofmemory|failedtoallocate(?:CUDA|ROCm)\d+bufferofsize|"
-                r"unabletoallocate(?:CUDA\d+|backend)buffer", re.I),
+                r"unabletoallocate(?:CUDA\d+|backend)buffer|"
+                r"CUDAerror2at.{0,200}?ggml[\w-]{0,20}\.cu:\d+:outofmemory", re.I),
      ("-ngl / --n-gpu-layers (fewer layers on the GPU) and --tensor-split across GPUs",
       "-c / --ctx-size (the KV cache grows with it), --cache-type-k/v q8_0, -ub / --ubatch-size "
       "(the compute buffer)", "a smaller quantization of the model")),
@@ -109,7 +119,8 @@ RULES = (  # (framework, what, pattern on the squashed text, settings)
     ("tensorflow", "TensorFlow's allocator ran out (its own BFC pool, not PyTorch's)",
      re.compile(r"OOMwhenallocatingtensor|ResourceExhaustedError|Allocator\(GPU_\d+_bfc\)ranout"
                 r"ofmemory|failedtoallocate[\d.]+[KMGT]?(?:\(\d+bytes\))?fromdevice:(?:CUDA_ERROR_OUT"
-                r"_OF_MEMORY|hipError_t\(1002\))", re.I), _TF),     # 1002: hipErrorOutOfMemory
+                r"_OF_MEMORY|hipError_t\(1002\)|HIP_ERROR_OutOfMemory)", re.I), _TF),
+    # 1002 is hipErrorOutOfMemory; TF's rocm_driver.cc names the driver's HIP_ERROR_OutOfMemory
     ("candle", "candle (Rust) asked the CUDA driver directly and it had no room: there is no "
      "caching allocator between them",
      re.compile(r"DriverError\(CUDA_ERROR_OUT_OF_MEMORY"),
@@ -138,7 +149,7 @@ _KEYS = {
     "vllm": ("cacheblocks", "kvcache", "gpublocks", "onstartupislessthan"),
     "sglang": ("--mem-fraction-static",),
     "tgi": ("notenoughmemorytohandle",),
-    "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate"),
+    "llamacpp": ("cudamallocfailed", "bufferofsize", "unabletoallocate", "cudaerror2at"),
     "jax": ("resource_exhausted", "resourceexhausted", "xlaruntimeerror"),
     "tensorflow": ("oomwhenallocating", "resourceexhaustederror", "ranoutofmemory",
                    "fromdevice"),
@@ -162,9 +173,16 @@ def identify(squashed: str) -> Foreign | None:
                 and _XLA_WORDS.search(squashed):
             # XLA kept TensorFlow's BFC allocator and its log line: JAX's paths say xla/
             framework, what, settings = "jax", _JAX_BFC, _XLA
+        if framework == "jax" and _EXLA_WORDS.search(squashed):
+            # Elixir's Nx runs XLA through EXLA: same errors, its own client options
+            framework, what, settings = "exla", _EXLA_WHAT, _EXLA
         return Foreign(framework, what, settings, m.group(0)[:120])
     return None
 
 
 _XLA_WORDS = re.compile(r"xla/|jaxlib|/jax/", re.I)
+# EXLA's module and Nx's, Elixir files and Elixir Logger's "[error] Execution of replica"
+_EXLA_WORDS = re.compile(r"EXLA|\bNx\.|\.exs?:\d|elixir|\[error\]Executionofreplica")
+_EXLA_WHAT = ("EXLA (Elixir Nx's XLA backend, not JAX) ran out of its XLA client's memory pool "
+              "(not PyTorch's)")
 _JAX_BFC = "JAX/XLA's allocator ran out (its own BFC pool, not PyTorch's)"

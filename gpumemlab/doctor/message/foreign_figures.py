@@ -42,6 +42,9 @@ _JAX_BFC = re.compile(r"ranoutofmemorytryingtoallocate" + _SZ.replace(r"\s?", ""
 _JAX_ASYNC = re.compile(r"cuMemAlloc(?:Async)?failedtoallocate(\d+)bytes")
 _JAX_TOTAL = re.compile(r"totalallocation:(\d+(?:\.\d+)?)(TiB|GiB|MiB|KiB|B)")
 _JAX_CUDA = re.compile(r"Freememory/Totalmemory:(\d+)/(\d+)")
+# the BFC allocator's Stats block (tsl/framework/bfc_allocator.cc, logged by TensorFlow and XLA
+# when it runs out): Limit, InUse, MaxInUse, ..., LargestFreeBlock, all in bytes
+_BFC_STATS = re.compile(r"Limit:(\d+)InUse:(\d+)(?:MaxInUse:(\d+))?.{0,200}?LargestFreeBlock:(\d+)")
 _TF_SHAPE = re.compile(r"OOMwhenallocatingtensorwithshape\[([\d,]*)\](?:andtype(\w+?)on)?")
 _TF_BYTES = re.compile(r"failedtoallocate[\d.]+[KMGT]?\((\d+)bytes\)")
 _TF_SIZE = re.compile(r"failedtoallocate(\d+(?:\.\d+)?)([KMGT])fromdevice")
@@ -50,11 +53,18 @@ _VLLM_TOKENS = re.compile(r"maxseqlen\((\d+)\)islargerthanthemaximumnumberoftoke
 _VLLM_GIB = re.compile(r"maxseqlen\((\d+)\),?\(?(\d+(?:\.\d+)?)GiBKVcacheisneeded,whichis"
                        r"largerthantheavailableKVcachememory\((-?\d+(?:\.\d+)?)GiB\)")
 _VLLM_AVAILABLE = re.compile(r"AvailableKVcachememory[:(](-?\d+(?:\.\d+)?)GiB")
+# the worker's profiling line: "total_gpu_memory (8.00GiB) x gpu_memory_utilization (0.70) =
+# 5.60GiB" then "model weights take 5.20GiB; ...; PyTorch activation peak memory takes 1.42GiB;
+# the rest of the memory reserved for KV Cache is -1.05GiB"
+_VLLM_BUDGET = re.compile(r"x?gpu_memory_utilization\((\d+(?:\.\d+)?)\)=(\d+(?:\.\d+)?)GiB")
+_VLLM_PARTS = re.compile(r"modelweightstake(\d+(?:\.\d+)?)GiB.{0,120}?activationpeakmemorytakes"
+                         r"(\d+(?:\.\d+)?)GiB.{0,80}?reservedforKVCacheis(-?\d+(?:\.\d+)?)GiB")
 _VLLM_ESTIMATE = re.compile(r"estimatedmaximummodellengthis(\d+)")
 _VLLM_STARTUP = re.compile(r"Freememoryondevice(?:cuda:\d+)?\((\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)"
                            r"GiB\)onstartupislessthandesiredGPUmemoryutilization\((\d+(?:\.\d+)?)"
                            r",(\d+(?:\.\d+)?)GiB\)", re.I)   # titles quote it in lower case
 _LLAMA = re.compile(r"allocating(\d+(?:\.\d+)?)MiBondevice(\d+):cudaMallocfailed")
+_LLAMA_DEVICE = re.compile(r"ggml[\w-]{0,20}\.cu:\d+:outofmemorycurrentdevice:(\d+)")
 _LLAMA_SIZE = re.compile(r"failedtoallocate(CUDA|ROCm|Vulkan|Metal)(\d+)bufferofsize(\d+)")
 _HOST = re.compile(r"(?:failedtoalloc(\d+)bytesonhost|pinnedhostmemoryofsize:(\d+))")
 _TGI = re.compile(r"Notenoughmemorytohandle(\d+)(totaltokens|prefilltokens)")
@@ -71,7 +81,18 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         return found
 
     fig, says = {}, []
-    if framework == "jax":
+    if framework in ("jax", "exla", "tensorflow"):
+        m = last(_BFC_STATS)
+        if m:
+            limit, used, largest = int(m.group(1)), int(m.group(2)), int(m.group(4))
+            fig.update(pool_limit_bytes=limit, pool_in_use_bytes=used,
+                       largest_free_block_bytes=largest)
+            if m.group(3):
+                fig["pool_peak_bytes"] = int(m.group(3))
+            says.append(f"the BFC pool's limit is {_s(limit)} and {_s(used)} of it was in use "
+                        f"(Limit - InUse: {_s(max(limit - used, 0))}; the largest free block "
+                        f"{_s(largest)})")
+    if framework in ("jax", "exla"):
         m = last(_JAX_REQUEST)
         if m:
             fig["requested_bytes"] = int(m.group(1))
@@ -97,6 +118,7 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         if m:
             fig["free_bytes"], fig["total_bytes"] = int(m.group(1)), int(m.group(2))
             says.append(f"CUDA reported {_s(int(m.group(1)))} free of {_s(int(m.group(2)))}")
+        _pool_sentence(fig, says)
         if fig.get("requested_bytes") and fig.get("total_bytes") \
                 and fig["requested_bytes"] > fig["total_bytes"]:
             says.append("the one buffer is larger than the whole card: a shape or a batch is "
@@ -123,6 +145,7 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
         if m and "requested_bytes" not in fig:      # "8.00G": TensorFlow's binary units
             fig["requested_bytes"] = _b(m.group(1), m.group(2))
             says.append(f"the allocator asked the driver for {m.group(1)} {m.group(2)}iB at once")
+        _pool_sentence(fig, says)
     elif framework == "vllm":
         m = last(_VLLM_GIB)
         if m:
@@ -137,6 +160,20 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             says.append(f"max_model_len is {want:,} tokens and the KV cache holds {have:,}: "
                         f"{want - have:,} tokens ({(want - have) / want:.0%}) short; "
                         f"max_model_len={have} or less fits as it is")
+        m = last(_VLLM_BUDGET)
+        if m:
+            fig.update(gpu_memory_utilization=float(m.group(1)),
+                       budget_bytes=_b(m.group(2), "GiB"))
+            says.append(f"the engine may use {m.group(2)} GiB (gpu_memory_utilization="
+                        f"{m.group(1)} x the card)")
+        m = last(_VLLM_PARTS)
+        if m:
+            fig.update(weights_bytes=_b(m.group(1), "GiB"),
+                       activation_peak_bytes=_b(m.group(2), "GiB"),
+                       kv_available_bytes=_b(m.group(3), "GiB"))
+            says.append(f"the weights take {m.group(1)} GiB and the activation peak "
+                        f"{m.group(2)} GiB")
+            says.append(_available_sentence(float(m.group(3))))
         m = last(_VLLM_ESTIMATE)
         if m:
             fig["estimated_max_model_len"] = int(m.group(1))
@@ -170,6 +207,11 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             fig["device"] = int(m.group(2))
             says.append(f"llama.cpp could not allocate a {_s(int(m.group(3)))} {m.group(1)} "
                         f"buffer on device {m.group(2)}")
+        m = last(_LLAMA_DEVICE)
+        if m and "device" not in fig:     # old builds name the device, not the size
+            fig["device"] = int(m.group(1))
+            says.append(f"a CUDA call in ggml-cuda.cu failed with out of memory on device "
+                        f"{m.group(1)} (old builds print no size)")
     elif framework == "host_pinned":
         m = last(_HOST)
         if m:
@@ -183,6 +225,24 @@ def read(framework: str, squashed: str) -> tuple[dict, list]:
             says.append(f"the warm-up batch of {int(m.group(1)):,} "
                         f"{'prefill' if 'prefill' in m.group(2) else 'total'} tokens did not fit")
     return fig, says
+
+
+def _pool_sentence(fig, says):
+    """What the BFC Stats block says of this request: the pool full, or free but in pieces."""
+    R, limit = fig.get("requested_bytes"), fig.get("pool_limit_bytes")
+    if R is None or limit is None:
+        return
+    free, largest = max(limit - fig["pool_in_use_bytes"], 0), fig["largest_free_block_bytes"]
+    if largest == 0 and free >= R:
+        says.append(f"the pool has no free block at all: the {_s(free)} between Limit and InUse "
+                    f"is not free chunks (regions not yet grown, or lost to chunk rounding), "
+                    f"so the pool is full for this {_s(R)} request")
+    elif free < R:
+        says.append(f"the pool had {_s(free)} free, less than the {_s(R)} asked for: the pool "
+                    f"is full (a larger pool or a smaller program)")
+    elif largest < R:
+        says.append(f"the pool had {_s(free)} free but no block of {_s(R)} (the largest "
+                    f"{_s(largest)}): its free memory is fragmented")
 
 
 def _floor2(x: float) -> str:

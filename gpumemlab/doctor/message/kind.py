@@ -10,6 +10,8 @@ memory of the ``Process N has M memory in use`` lines that are not this process
    cudaMallocAsync backend's "PyTorch limit", MPS's "max allowed" (allocated + other + R above
    it); a sum within the printed rounding of the cap is the cap too (a tie, not a refusal):
    ``exhaustion``;
+1b. no free figure printed (XPU), a platform's per-allocation limit (an Intel GPU's 4 GiB) at or
+   under R, and reserved + R + a context inside T: ``unexplained`` (rule ``per_allocation_limit``);
 2. F clearly at least R (beyond the printed rounding and a margin for page and segment
    granularity): other processes active => ``outside_pytorch`` (they took the room back or hold
    what the failure needed); none => ``unexplained``, with the margin stated: neither a cap,
@@ -119,6 +121,9 @@ def decide(f: dict, p: dict, msg) -> dict:
     capped = _cap(f, p, msg, border)
     if capped is not None:
         return capped
+    limited = _platform_limit(f, p, border)
+    if limited is not None:
+        return limited
     if F is not None:
         room = F - p.get("free", 0) - R - pr
         if room >= margin(R):
@@ -206,6 +211,34 @@ def _cap(f, p, msg, border):
                    f"({name}) and asked for {_s(R)} more, reaching the cap: raise the fraction or "
                    f"hold less. The free memory on the card does not matter while the cap "
                    f"stands.", border)
+
+
+def _platform_limit(f, p, border):
+    """A platform's per-allocation limit (an Intel GPU's 4 GiB) when the message prints no free
+    figure: the request at or over it, and this process's reserved memory plus the request plus
+    a context well inside the card, so the card had room and the limit is what refused."""
+    lim, R, T = f.get("per_allocation_limit"), f["requested"], f.get("total")
+    if lim is None or f.get("free") is not None or T is None:
+        return None
+    L, inclusive = lim
+    pr = p.get("requested", 0)
+    if not (R > L + pr or (inclusive and R + pr >= L)):
+        return None
+    held = f.get("reserved")
+    if held is None or held + R + context_max(T) > T:
+        return None     # the card may have been full too: the kind stays open
+    if abs(R - L) <= pr:
+        border.append(f"the {_s(R)} requested is the {_s(L)} limit itself within the printed "
+                      f"rounding: PyTorch's XPU allocator hands the request to the SYCL runtime, "
+                      f"which refuses above the device's max_mem_alloc_size (at or just under "
+                      f"4 GiB on these GPUs; clinfo's 'Max memory allocation' shows it)")
+    at = "at or over" if inclusive else "over"
+    return _result("unexplained", "per_allocation_limit",
+                   f"The figures do not explain an OOM: this process held {_s(held)} and the "
+                   f"{_s(R)} asked for fits on the {_s(T)} card with room for a context, but one "
+                   f"allocation {at} {_s(L)} is refused on this GPU and driver whatever memory "
+                   f"is free (the message prints no free figure, so the limit is the "
+                   f"explanation that fits).", border, limit_bytes=L)
 
 
 def _cap_room(f, p):

@@ -18,7 +18,7 @@ from gpumemlab.units import format_size
 from ..diagnosis import Diagnosis
 from . import NotAnOOMMessage, OOMMessage, parse_message
 from .remedies import fixes as fit_fixes
-from .kind import decide, split_processes
+from .kind import CONTEXT_FLOOR, decide, split_processes
 from .foreign import identify
 from .foreign_figures import read as read_foreign_figures
 from .host_path import diagnose_host_path
@@ -99,6 +99,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
     f = {k: (None if k in doubtful else v) for k, v in raw.items()}
     if "total" in doubtful:
         f["outside"] = None
+    f["per_allocation_limit"] = platform.allocation_limit(m)
     others, me = split_processes(m, f["reserved"])
     f["others"] = sum(others.values()) or None
     f["other_pids"] = list(others)
@@ -143,7 +144,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
         "other_processes": {str(pid): x.bytes for pid, x in m.other_processes.items()},
         "allowed_bytes": f["allowed"], "limit_bytes": f["limit"],
         "other_allocations_bytes": f["other_allocations"],
-        "per_allocation_limit_bytes": _b(m.per_allocation_limit),
+        "per_allocation_limit_bytes": _b(m.per_allocation_limit) or decision.get("limit_bytes"),
         "private_pools_bytes": _b(m.private_pools), "this_process_bytes": f["this_process"],
         "outside_allocator_bytes": f["outside"],
         "this_process_outside_allocator_bytes": f["non_pytorch"],
@@ -153,7 +154,7 @@ def diagnose_message(text: str, *, source: str = "message") -> Diagnosis:
                     if getattr(m, k) is not None}}
     d.details["this_process_pid"] = me
     d.evidence = _evidence(m, d, f, platform, me)
-    d.cannot_tell = _cannot_tell(m)
+    d.cannot_tell = _cannot_tell(m, platform)
     return d
 
 
@@ -232,6 +233,13 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    f"reserved)" + ("" if f["outside"] is None else
                                    f", the other {_fmt(max(f['outside'] - f['non_pytorch'], 0))} "
                                    f"is other processes', the desktop's or the driver's"))
+        if f["non_pytorch"] > 2 * CONTEXT_FLOOR:
+            # a context and its libraries take well under 1.5 GiB: far more is another
+            # allocator living in this process
+            out.append(f"this process's {_fmt(f['non_pytorch'])} outside PyTorch's allocator is "
+                       f"far more than a CUDA context and its libraries take: probably a second "
+                       f"allocator in the process (tiny-cuda-nn, cupy, JAX, TensorRT or another "
+                       f"library calling cudaMalloc itself)")
     for pid, fig in m.other_processes.items():
         line = f"process {pid} holds {fig.text}"
         if pid == me:
@@ -249,6 +257,7 @@ def _evidence(m: OOMMessage, d: Diagnosis, f: dict, platform, me=None):
                    "roundup_power2_divisions, garbage_collection_threshold) are not in use")
     if m.hint:
         out.append(f"PyTorch's hint line suggests {m.hint}; it prints that whatever the settings")
+    out.extend(platform.figure_notes(m, f))
     return out
 
 
@@ -265,8 +274,9 @@ def _mps_evidence(m, f):
     out.append(f"tried to allocate {_fmt(R)}" + (f" from {pool}" if pool else ""))
     if M is not None:
         out.append(f"max allowed {_fmt(M)}: the high watermark, PYTORCH_MPS_HIGH_WATERMARK_RATIO "
-                   f"(1.7 by default) x the memory macOS recommends for the GPU (about "
-                   f"{_fmt(round(M / 1.7))} at the default ratio)")
+                   f"(1.7 by default) times the GPU's recommended working set (Metal's "
+                   f"recommendedMaxWorkingSetSize; {_fmt(round(M / 1.7))} if the ratio is the "
+                   f"default): one limit, not two")
         if None not in (A, R):
             used = A + (O or 0) + R
             gap = used - M
@@ -279,17 +289,21 @@ def _mps_evidence(m, f):
     return out
 
 
-def _cannot_tell(m):
+def _cannot_tell(m, platform):
     if m.allocator == "mps":
         return ["how much of the Mac's unified memory the rest of the system held",
                 "which tensors hold the MPS memory: torch.mps.current_allocated_memory() and "
                 "torch.mps.driver_allocated_memory() at the failing step show the totals"]
+    mod = platform.module
     out = []
     if m.allocator == "native":
-        out.append("which allocator settings were on (expandable_segments, max_split_size_mb, "
-                   "garbage_collection_threshold, roundup_power2_divisions): the message prints "
-                   "none of them, and its hint suggests expandable_segments even when it is "
-                   "already on (pytorch/pytorch#173049)")
+        line = ("which allocator settings were on (expandable_segments, max_split_size_mb, "
+                "garbage_collection_threshold, roundup_power2_divisions): the message prints "
+                "none of them")
+        if platform.hint_names_settings:
+            line += (", and its hint suggests expandable_segments even when it is already on "
+                     "(pytorch/pytorch#173049)")
+        out.append(line)
         out.append("how the cached free memory is split (the largest free block) and which live "
                    "tensors pin the gaps")
         out.append("the tensor's own size: 'Tried to allocate' prints the allocation c10 "
@@ -297,11 +311,14 @@ def _cannot_tell(m):
                    "ones")
     out.append("whether a fix verified on this one allocation would carry the rest of the run")
     if m.allowed is None and m.allocator == "native":
-        out.append("whether a memory fraction (set_per_process_memory_fraction) capped PyTorch "
-                   "below the card: not printed unless set (then 'X allowed;' appears)")
+        out.append(f"whether a memory fraction ({mod}.set_per_process_memory_fraction) capped "
+                   f"PyTorch below the card: not printed unless set (then 'X allowed;' appears)")
     out.append("figures beyond the two printed decimals")
     if m.allocator in ("native", "ipex"):
-        out.append("to see all of this: " + ASK_FOR_A_SNAPSHOT)
+        out.append("to see all of this: " + (ASK_FOR_A_SNAPSHOT if mod == "torch.cuda" else
+                                             ASK_FOR_A_SNAPSHOT.replace("torch.cuda.", mod + ".")
+                                             + f" ({mod}.memory._record_memory_history is in "
+                                               f"recent releases only)"))
     elif m.allocator == "cudaMallocAsync":
         out.append("memory snapshots (_record_memory_history) record only the native caching "
                    "allocator: to get one, run without backend:cudaMallocAsync")

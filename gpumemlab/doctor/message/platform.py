@@ -14,7 +14,10 @@ backend reads none of the native allocator's settings.
 A new platform is one subclass of :class:`PlatformKind` added to :data:`PLATFORMS` (as vLLM keeps
 one class per platform): its clues, its variable, which allocator settings it honours
 (:meth:`PlatformKind.supports`, which also ranks the fixes), its cause and its fixes live there
-and nowhere else. Each clue is a literal word or path shape searched once over a bounded
+and nowhere else, with its own words: the torch module of its memory API (``module``), whether its
+message's hint names a setting, a per-allocation limit (:meth:`PlatformKind.allocation_limit`) and
+its own settings the text says are set (:meth:`PlatformKind.settings_said`, MPS's watermark
+ratio). Each clue is a literal word or path shape searched once over a bounded
 window of the text (linear time); :func:`detect` returns the platforms found with the words that
 gave them away.
 """
@@ -48,9 +51,16 @@ class PlatformKind:
     conf_variable: str | None = None
     expandable = "yes"
     cause: str | None = None
+    module: str | None = None        # the torch module of its memory API (None: torch.cuda)
+    hint_names_settings = True       # its message's hint line names an allocator setting
 
     def fixes(self, msg, requested: int) -> list:
         return []
+
+    def allocation_limit(self, msg) -> tuple | None:
+        """(bytes, inclusive) for a platform that refuses any single allocation that large
+        (inclusive: at that size too), or None."""
+        return None
 
     def supports(self, setting: str) -> str:
         """Whether this platform's allocator honours ``setting`` (a PYTORCH_*_ALLOC_CONF key):
@@ -67,6 +77,16 @@ class PlatformKind:
     def outside_fixes(self, msg) -> list:
         """This platform's fixes for memory held outside PyTorch (who else holds the card)."""
         return []
+
+    def figure_notes(self, msg, f: dict) -> list:
+        """What this platform's figures mean beyond the common reading (``f``: the figures in
+        bytes, as message/mode.py derives them)."""
+        return []
+
+    def settings_said(self, text: str) -> dict:
+        """This platform's own settings the text says are set (name: value), beyond the
+        allocator settings every platform reads (see :func:`detect`)."""
+        return {}
 
 
 class Windows(PlatformKind):
@@ -148,13 +168,40 @@ class XPU(PlatformKind):
     ruled_out_by = ("CUDA", "HIP", "MPS")
     conf_variable = "PYTORCH_XPU_ALLOC_CONF"
     expandable = "no"
-    cause = "the Intel GPU driver (some refuse one allocation over 4 GiB)"
+    cause = "the Intel GPU driver (some refuse one allocation of 4 GiB or more)"
+    module = "torch.xpu"
+    hint_names_settings = False      # "Please use `empty_cache` ...": no setting named
+    # IPEX's allocator refuses asize > kStatefulLimit (4294967296, strictly over 4 GiB) on GPUs
+    # without 2D block arrays; PyTorch's own XPU allocator (c10/xpu/XPUCachingAllocator.cpp) has
+    # no check of its own: the SYCL runtime refuses above the device's max_mem_alloc_size, which
+    # Level Zero sets at or just under 4 GiB on such GPUs (intel-extension-for-pytorch#846: a
+    # 4.00 GiB tensor refused with nothing allocated), so there 4 GiB itself counts
     LIMIT = 4 << 30
 
+    def allocation_limit(self, msg):
+        if msg.per_allocation_limit is not None:
+            return msg.per_allocation_limit.bytes, False
+        return self.LIMIT, msg.allocator != "ipex"
+
+    def figure_notes(self, msg, f):
+        T, F, held = f.get("total"), f.get("free"), f.get("reserved")
+        if None in (T, F, held) or msg.total is None or msg.free is None:
+            return []
+        if abs(T - held - F) <= msg.total.precision_bytes + msg.free.precision_bytes:
+            # c10/xpu/XPUCachingAllocator.cpp: device_free = device_total - reserved unless the
+            # device has sycl::aspect::ext_intel_free_memory
+            return ["the free figure is the total minus what PyTorch reserved: it may be "
+                    "PyTorch's own estimate (the XPU allocator computes it so when the device "
+                    "cannot report free memory), which does not see other processes"]
+        return []
+
     def fixes(self, msg, requested):
-        if msg.per_allocation_limit is not None or requested <= self.LIMIT:
-            return []       # the message's own limit is fitted by remedies; under 4 GiB: none
-        return [per_allocation_fix(self.LIMIT)]
+        if msg.per_allocation_limit is not None:
+            return []       # the message's own limit is fitted by remedies
+        limit, inclusive = self.allocation_limit(msg)
+        if requested < limit or (requested == limit and not inclusive):
+            return []
+        return [per_allocation_fix(limit, inclusive)]
 
 
 class MPS(PlatformKind):
@@ -164,6 +211,14 @@ class MPS(PlatformKind):
     conf_variable = NO_VARIABLE
     expandable = "no"
     cause = "macOS's memory pressure"
+    # os.environ["PYTORCH_MPS_HIGH_WATERMARK_RATIO"] = "0.0", export ...=0.0; the message's own
+    # "Use PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 to disable" does not count
+    _RATIO = re.compile(r"(?<!Use )PYTORCH_MPS_HIGH_WATERMARK_RATIO['\"\]]{0,3}\s{0,3}=\s{0,3}"
+                        r"['\"]?(\d+(?:\.\d+)?)")
+
+    def settings_said(self, text):
+        found = [m.group(1) for m in self._RATIO.finditer(text)]
+        return {"PYTORCH_MPS_HIGH_WATERMARK_RATIO": found[-1]} if found else {}
 
 
 class UnifiedMemory(PlatformKind):
@@ -194,13 +249,15 @@ class CudaMallocAsync(PlatformKind):
 PLATFORMS = [Windows(), WSL(), ROCm(), XPU(), MPS(), UnifiedMemory(), CudaMallocAsync()]
 
 
-def per_allocation_fix(limit: int) -> Fix:
-    """The fix for a GPU and driver that refuse one allocation over ``limit`` bytes."""
+def per_allocation_fix(limit: int, inclusive: bool = False) -> Fix:
+    """The fix for a GPU and driver that refuse one allocation over ``limit`` bytes (of
+    ``limit`` or more when ``inclusive``)."""
     from gpumemlab.units import format_size
 
+    size = f"of {format_size(limit)} or more" if inclusive else f"over {format_size(limit)}"
     return Fix("per_allocation_limit",
-               f"this GPU and driver refuse a single allocation over {format_size(limit)} (some "
-               f"Intel GPUs and older drivers), however much memory is free",
+               f"this GPU and driver refuse a single allocation {size} (some Intel GPUs and "
+               f"older drivers), however much memory is free",
                how="keep every tensor under that size: a smaller batch, chunked operations "
                    "(attention slicing, tiled VAE decode); update the GPU driver and compute "
                    "runtime")
@@ -243,6 +300,10 @@ class Platform:
         return next((k.name for k in self.kinds if k.supports("expandable_segments") == "no"),
                     None)
 
+    def figure_notes(self, msg, f) -> list:
+        """Every found platform's own lines on what its figures mean."""
+        return [line for k in self.kinds for line in k.figure_notes(msg, f)]
+
     def outside_fixes(self, msg) -> list:
         """Every found platform's fixes for memory held outside PyTorch."""
         return [f for k in self.kinds for f in k.outside_fixes(msg)]
@@ -268,6 +329,20 @@ class Platform:
         last = [f for f in fixes if f.name == "not_empty_cache"]
         body = [f for f in fixes if f.name != "not_empty_cache"]
         return [f for f in body if not maybe(f)] + [f for f in body if maybe(f)] + last
+
+    @property
+    def module(self) -> str:
+        """The torch module of this platform's memory API (torch.cuda, torch.xpu)."""
+        return next((k.module for k in self.kinds if k.module), "torch.cuda")
+
+    @property
+    def hint_names_settings(self) -> bool:
+        return all(k.hint_names_settings for k in self.kinds)
+
+    def allocation_limit(self, msg) -> tuple | None:
+        """The first found platform's per-allocation limit (see
+        :meth:`PlatformKind.allocation_limit`), or None."""
+        return next((lim for k in self.kinds for lim in [k.allocation_limit(msg)] if lim), None)
 
     def fixes(self, msg, requested: int) -> list:
         """Every found platform's fixes for memory the figures say was free, in order."""
@@ -309,6 +384,8 @@ def detect(msg, platforms=None) -> Platform:
         p.conf_variable = chosen or None
     elif msg.hint_variable == "PYTORCH_ALLOC_CONF":
         p.conf_variable = "PYTORCH_ALLOC_CONF"
+    for k in p.kinds:
+        p.settings_on.update(k.settings_said(text))
     for m in _SETTING_SAID.finditer(text):
         if _HINT_BEFORE.search(text[max(0, m.start() - 60):m.start()]):
             continue

@@ -6,7 +6,8 @@ no setting the text says is already on, no expandable segments where the platfor
 7.0 or newer), settings under the variable this platform's allocator reads
 (``PYTORCH_HIP_ALLOC_CONF`` on ROCm, ``PYTORCH_XPU_ALLOC_CONF`` on recent XPU builds), MPS's own
 remedies on MPS, and platform fixes (WDDM shared memory, WSL's memory limit, per-allocation
-limits, the driver) for ``unexplained``. Advice fits the evidence: no action aimed at the
+limits, the driver) for ``unexplained``; ``unknown`` still gets "hold less at the peak" (and a
+platform's per-allocation limit when the request reaches it). Advice fits the evidence: no action aimed at the
 process that is this very process, another framework's preallocation only when the text shows
 that framework, a per-process cap only when several processes share the card, a bigger card
 always more than this one. :func:`fixes` returns the ranked fixes and one line per
@@ -74,13 +75,19 @@ def max_split_applies(msg, R) -> str | None:
     return None
 
 
-def _max_split(platform, R):
+def _max_split(platform, R, msg=None):
     split_mb = max(_LARGE_BUFFER >> 20, 1 << ((R >> 20).bit_length() - 1))
     why = (f"cached blocks of at least max_split_size are never split for smaller requests, "
            f"so big free blocks stay whole for big requests like this {_s(R)} one (a starting "
            f"value: a snapshot lets the doctor search and verify one)")
     for caveat in platform.caveats("max_split_size_mb"):
         why += "; " + caveat
+    if msg is not None and msg.form == "1.4-2.0" and msg.hint is None:
+        # 1.10 added max_split_size_mb, PYTORCH_CUDA_ALLOC_CONF and the hint line together
+        why += ("; this message has the 1.4-2.0 form without the hint line that came with the "
+                "setting in 1.10, so it may be from 1.4-1.9, which reads no "
+                "PYTORCH_CUDA_ALLOC_CONF: check torch.__version__ first (or the paste cut the "
+                "hint)")
     return Fix("max_split_size_mb", why, how=_conf(platform, f"max_split_size_mb:{split_mb}"),
                alloc_conf=f"max_split_size_mb:{split_mb}")
 
@@ -166,10 +173,14 @@ def _fixes(kind, decision, f, msg, platform):
         left_out.append(f"{_NATIVE_ONLY}: the cudaMallocAsync backend reads none of them (only "
                         f"the native caching allocator does)")
     if kind == "unknown":
-        # a platform's own limit still applies to a request over it (an Intel GPU's 4 GiB)
-        return [x for x in platform.fixes(msg, R) if x.name == "per_allocation_limit"], left_out
+        # a platform's own limit still applies to a request over it (an Intel GPU's 4 GiB); and
+        # whatever the kind, a program that holds less at its peak needs less
+        limit = [x for x in platform.fixes(msg, R) if x.name == "per_allocation_limit"]
+        if platform.has("mps"):
+            return limit + [_mps_smaller(R)], left_out
+        return limit + [_smaller(None)], left_out
     if platform.has("mps"):
-        return _mps(kind, decision, f), ["CUDA allocator settings (PYTORCH_CUDA_ALLOC_CONF): "
+        return _mps(kind, decision, f, platform), ["CUDA allocator settings (PYTORCH_CUDA_ALLOC_CONF): "
                                          "MPS has its own allocator and reads none of them"]
     if kind == "unexplained":
         found = _platform_fixes(platform, msg, R)
@@ -210,7 +221,7 @@ def _fixes(kind, decision, f, msg, platform):
             if why_not:
                 left_out.append(f"max_split_size_mb: {why_not}")
             else:
-                settings.append(_max_split(platform, R))
+                settings.append(_max_split(platform, R, msg))
     if msg.form in ("1.0-1.3", "1.4-2.0"):
         # that release has no expandable segments: what it has comes first
         settings.sort(key=lambda x: x.name == "expandable_segments")
@@ -252,7 +263,12 @@ def _bigger(kind, decision, R, T):
     return Fix("bigger_card", "a card with more memory than this one")
 
 
-def _mps(kind, decision, f):
+def _mps_smaller(R):
+    return Fix("reduce_peak_memory", f"hold less at the peak than now (this request: {_s(R)})",
+               how="smaller batch or resolution; attention slicing / tiled decode; fp16")
+
+
+def _mps(kind, decision, f, platform=None):
     R = f.get("requested") or 0
     ratio = Fix("mps_high_watermark",
                 "the MPS allocator stops at a high watermark, a ratio (1.7 by default) of the "
@@ -265,10 +281,22 @@ def _mps(kind, decision, f):
                 "phases (the allocator already freed them once before raising, so it helps the "
                 "next steps and the rest of the system, not this allocation)",
                 code="torch.mps.empty_cache()")
-    smaller = Fix("reduce_peak_memory", f"hold less at the peak than now (this request: {_s(R)})",
-                  how="smaller batch or resolution; attention slicing / tiled decode; fp16")
+    smaller = _mps_smaller(R)
     if kind == "unexplained":
         return [Fix("free_system_memory", "on a Mac the GPU shares memory with every program: "
                     "Metal refused because the system had no room", how="close other programs; "
                     "a smaller batch; a Mac with more memory"), smaller, empty]
+    said = (platform.settings_on if platform is not None else {}).get(
+        "PYTORCH_MPS_HIGH_WATERMARK_RATIO")
+    if said is not None and float(said) == 0.0 and f.get("limit") is not None:
+        # MPSAllocator.mm prints "max allowed" only while a ratio above 0 is in force, and reads
+        # the variable once, when the allocator is created
+        ratio = Fix("mps_ratio_not_applied",
+                    f"the text sets PYTORCH_MPS_HIGH_WATERMARK_RATIO={said}, yet the message "
+                    f"still prints a max allowed of {_s(f['limit'])}: the setting did not take "
+                    f"effect (the MPS allocator reads it once, when torch first uses the GPU, "
+                    f"so setting it in os.environ after that changes nothing)",
+                    how="export PYTORCH_MPS_HIGH_WATERMARK_RATIO=0.0 in the shell before python "
+                        "starts, or set os.environ at the very top of the script, before "
+                        "import torch")
     return [smaller, ratio, empty]
