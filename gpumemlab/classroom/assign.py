@@ -32,6 +32,7 @@ class AssignReport:
     students: int = 0          # per-student versions written (0: one version for everyone)
     previews: dict = None      # variant id -> the preview's expected answer, when the source fails
     checked: bool = True       # False: --no-check, nothing was run
+    guessable: list = None     # one line per variant question a blind or copied answer often gets
 
     @property
     def ok(self) -> bool:
@@ -42,6 +43,7 @@ class AssignReport:
         if self.students:
             lines[0] += (f": {self.students} student version{'s' * (self.students != 1)}, "
                          f"each with its own variants")
+        lines += [f"  warning: {line}" for line in self.guessable or ()]
         if self.source_failures:
             lines.append("source FAILS its own tests: " + ", ".join(self.source_failures))
         for qid, answer in (self.previews or {}).items():
@@ -146,9 +148,13 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600, roster=None
         seeds = {"source": PREVIEW_SEED, "student": student_seed(secret, assignment, first)}
     else:
         target, students = write_student_version(source, out), 0
+    from gpumemlab.quizkit.answer_space import answer_space
+
+    guessable = [space.line(qid) for qid, (question, _template) in questions.items()
+                 if not (space := answer_space(question)).guess_proof]
     if not check:
         return AssignReport(out if students else target, [], [], students=students,
-                            checked=False)
+                            checked=False, guessable=guessable)
     from . import isolation
     from .grade import grade_one, open_run, read_notebook
 
@@ -184,4 +190,4 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600, roster=None
     previews = {qid: expected(q, PREVIEW_SEED) for qid, (q, _) in questions.items()
                 if any(qid in judged.get(gid, ()) for gid in src_fail)}
     return AssignReport(out if students else target, src_fail, stu_pass, unchecked, students,
-                        previews)
+                        previews, guessable=guessable)

@@ -68,9 +68,12 @@ def _fmt(nbytes: int) -> str:
     return str(nbytes)
 
 
-def _size(rng: random.Random) -> int:
+REGIMES = ("small", "mid", "large")
+
+
+def _size(rng: random.Random, regimes=REGIMES) -> int:
     """A request from one of the three regimes the allocator treats differently."""
-    regime = rng.choice(("small", "mid", "large"))
+    regime = rng.choice(regimes)
     if regime == "small":
         return rng.choice((1, 100, 513, 4 * KiB, 300 * KiB, 1 * MiB))
     if regime == "mid":
@@ -78,11 +81,11 @@ def _size(rng: random.Random) -> int:
     return rng.randint(11, 40) * MiB
 
 
-def _sequence(rng: random.Random, n: int):
+def _sequence(rng: random.Random, n: int, regimes=REGIMES):
     ops, live = [], []
     for i in range(n):
         name = "abcdefgh"[i]
-        ops.append(f"{name} = {_fmt(_size(rng))}")
+        ops.append(f"{name} = {_fmt(_size(rng, regimes))}")
         live.append(name)
         if len(live) > 1 and rng.random() < 0.4:
             victim = live.pop(rng.randrange(len(live) - 1))
@@ -91,18 +94,21 @@ def _sequence(rng: random.Random, n: int):
 
 
 def reserved_after(rng, params):
-    ops = _sequence(rng, params.get("steps", 4))
+    ops = _sequence(rng, params.get("steps") or rng.randint(5, 8))
     return Variant(tuple(ops), "How much memory is reserved now?", "memory_reserved", "MiB")
 
 
 def segments_after(rng, params):
-    ops = _sequence(rng, params.get("steps", 4))
+    ops = _sequence(rng, params.get("steps") or rng.randint(5, 8))
     return Variant(tuple(ops), "How many segments has the allocator cudaMalloc'd and kept?",
                    "segments", "count")
 
 
 def largest_free(rng, params):
-    ops = _sequence(rng, params.get("steps", 4))
+    # large requests three times as often: a freed 20 MiB segment of mid-sized tensors was the answer
+    # of one variant in nine, too often for a per-student variant (quizkit.answer_space)
+    ops = _sequence(rng, params.get("steps") or rng.randint(6, 8),
+                    ("small", "mid", "large", "large", "large"))
     if not any(op.startswith("del") for op in ops):
         ops.append("del a")
     return Variant(tuple(ops), "What is the largest cached free block?", "largest_free", "MiB")
