@@ -297,7 +297,9 @@ class Capture:
     def _resolve_grads(self):
         for ref in list(self._leaf_params.values()):
             param = ref()
-            grad = getattr(param, "grad", None) if param is not None else None
+            # only a leaf has .grad; reading it on a tensor that stopped being one (an in-place op
+            # under autograd) makes torch warn in the script's output
+            grad = param.grad if param is not None and param.is_leaf else None
             if grad is not None:
                 rec = self._live.get(storage_key(grad))
                 if rec is not None and rec[0]["category"] in (None, "temporary", "input"):
@@ -323,7 +325,7 @@ class Capture:
         if self.model is not None:
             for p in list(self.model.parameters()) + list(self.model.buffers()):
                 self._adopt_as(p, "parameter")
-                if getattr(p, "grad", None) is not None:
+                if p.is_leaf and p.grad is not None:
                     self._adopt_as(p.grad, "gradient")
         if self.optimizer is not None:
             for group in self.optimizer.param_groups:
