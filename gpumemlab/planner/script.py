@@ -39,7 +39,9 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .live_card import LiveCard
     from .plan import NOT_SEEN
 
-    fs = fake_tensors("cuda")
+    from .script_mode import ScriptFakeMode
+    mode = ScriptFakeMode()
+    fs = fake_tensors("cuda", mode=mode)
     capability, workspace = ARCH[arch]
     rec = capture(fake=fs, device="cuda", frames=False, workspace_bytes=workspace)
     card = LiveCard(rec, total_memory, alloc_conf, context_bytes)
@@ -64,6 +66,11 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
                   "how": "added at the thread's first matrix multiply"}
                  for e in rec.trace if e.get("estimate")]
     not_seen += [{"what": w, "estimate_bytes": None, "how": "not seen"} for w in NOT_SEEN]
+    if mode.placeholder_reads:
+        not_seen.append({"what": f"values read from GPU tensors ({mode.placeholder_reads} reads: "
+                                 f".item(), float(), bool())", "estimate_bytes": None,
+                         "how": "answered 0 (fake tensors hold no values): a script that "
+                                "branches on them took the path 0 gives"})
     return {
         "script": script, "argv": list(argv), "traced_on": fs.label, "device_name": DEVICE_NAME,
         "torch_version": torch.__version__, "arch": arch,
@@ -73,7 +80,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         "whole_run_peak_allocated_bytes": card.peak[0],
         "whole_run_peak_reserved_bytes": card.peak[1], "window": window,
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
-        "error": error,
+        "error": error, "placeholder_reads": mode.placeholder_reads,
     }
 
 
