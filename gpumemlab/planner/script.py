@@ -35,6 +35,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from gpumemlab.recordings.capture import capture
     from gpumemlab.recordings.fake import explain, fake_tensors
 
+    from .checkpoints import checkpoints
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
     from .plan import NOT_SEEN
@@ -50,7 +51,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     status, error, stopped_at = 0, None, None
     try:
-        with cuda_shim(card, capability), rec:
+        with cuda_shim(card, capability), checkpoints(), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -7,7 +7,9 @@ script needs and a single planned step does not.
   slice a numpy array, tokenisation, a ``DataLoader``'s collate. Only tensors that would live on the
   GPU are fake, and ``.to("cuda")`` of a real CPU tensor makes a fake one. A CPU factory call for
   more than ``REAL_CPU_LIMIT`` bytes stays fake (a model built on the CPU before ``.to("cuda")``
-  would otherwise be initialised for real in host memory).
+  would otherwise be initialised for real in host memory). Pinning (``pin_memory()``, a
+  ``DataLoader(pin_memory=True)``) makes an ordinary CPU copy: page-locked host memory needs a CUDA
+  host allocator, and it is not GPU memory.
 * **Values read from a fake tensor are placeholders.** ``loss.item()``, ``float(t)``, a ``bool``
   of a tensor (``aten._local_scalar_dense``) have no value to give: the read answers 0 (0.0,
   ``False``), the value of "nothing unusual" for the reads scripts make (a loss to print, GradScaler's
@@ -80,6 +82,12 @@ def _mode_class():
                                                           or dtype.is_complex else 0)
             if _real_cpu(func, args, kwargs):
                 self.real_cpu_ops += 1
+                if func in _PIN:        # pinned host memory needs a CUDA host allocator
+                    return args[0].clone()
+                if func is aten.is_pinned.default:
+                    return False
+                if kwargs.get("pin_memory"):
+                    kwargs = dict(kwargs, pin_memory=False)
                 return func(*args, **kwargs)   # this mode is off inside its own handler
             # a real CPU tensor going to the GPU (``.to("cuda")``, ``copy_``) becomes a fake one
             # first: FakeTensorMode runs an op with no fake input for real, on a CUDA it lacks
@@ -90,6 +98,8 @@ def _mode_class():
             if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor):
                 return self.from_tensor(a)
             return a
+
+    _PIN = {aten._pin_memory.default}
 
     def _real_cpu(func, args, kwargs):
         flat, _ = tree_flatten((args, kwargs))
