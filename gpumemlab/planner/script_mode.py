@@ -19,12 +19,14 @@ script needs and a single planned step does not.
   ``_thnn_fused_gru_cell`` and its backward (aten/src/ATen/native/cuda/RNN.cu: workspace
   ``[batch, 5*hidden]``, gradients ``[batch, 3*hidden]``), which ``nn.GRU`` takes on CUDA without
   cuDNN, where torch's fallback would make a real CUDA tensor.
+* ``torch.tensor(data, device="cuda")`` (``data_factories_on_cpu``): see there.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
-__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT"]
+__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu"]
 
 REAL_CPU_LIMIT = 64 << 20
 
@@ -62,7 +64,7 @@ def _register_meta_kernels():
 
 def _mode_class():
     import torch
-    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch._subclasses.fake_tensor import CONSTANT_NUMEL_LIMIT, FakeTensor, FakeTensorMode
     from torch.utils._pytree import tree_flatten, tree_map
 
     aten = torch.ops.aten
@@ -96,7 +98,10 @@ def _mode_class():
 
         def _fake_of(self, a):
             if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor):
-                return self.from_tensor(a)
+                # as FakeTensorMode lifts a small torch.tensor(...): a constant, values kept (an
+                # index such as t[:, [-1]] needs them)
+                return self.fake_tensor_converter.from_real_tensor(
+                    self, a, make_constant=a.numel() <= CONSTANT_NUMEL_LIMIT)
             return a
 
     _PIN = {aten._pin_memory.default}
@@ -142,3 +147,38 @@ def ScriptFakeMode():   # noqa: N802 (a class made on first use: torch is import
         _register_meta_kernels()
         _CLASS.append(_mode_class())
     return _CLASS[0]()
+
+
+def _non_cpu(device) -> bool:
+    import torch
+    return device is not None and torch.device(device).type != "cpu"
+
+
+@contextlib.contextmanager
+def data_factories_on_cpu():
+    """``torch.tensor(data, device="cuda")`` and ``torch.as_tensor``: torch builds the tensor on the
+    CPU and copies it to the device with the Python dispatch key excluded
+    (``internal_new_from_data`` in torch/csrc/utils/tensor_new.cpp), out of the fake mode's sight,
+    which a CPU-only torch cannot do; here the CPU tensor is made, then moved with ``.to`` (which
+    the fake mode sees). The same copy inside C++ indexing with a list (``t[:, [-1]]``) cannot be
+    reached from Python and still stops the plan."""
+    import torch
+    real_tensor, real_as_tensor = torch.tensor, torch.as_tensor
+
+    def tensor(data, *args, device=None, **kwargs):
+        if not _non_cpu(device):
+            return real_tensor(data, *args, device=device, **kwargs)
+        grad = kwargs.pop("requires_grad", False)
+        out = real_tensor(data, *args, **kwargs).to(device)
+        return out.requires_grad_(grad) if grad else out
+
+    def as_tensor(data, dtype=None, device=None):
+        if not _non_cpu(device):
+            return real_as_tensor(data, dtype=dtype, device=device)
+        return real_as_tensor(data, dtype=dtype).to(device)
+
+    torch.tensor, torch.as_tensor = tensor, as_tensor
+    try:
+        yield
+    finally:
+        torch.tensor, torch.as_tensor = real_tensor, real_as_tensor
