@@ -64,7 +64,7 @@ def _register_meta_kernels():
 
 def _mode_class():
     import torch
-    from torch._subclasses.fake_tensor import CONSTANT_NUMEL_LIMIT, FakeTensor, FakeTensorMode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
     from torch.utils._pytree import tree_flatten, tree_map
 
     aten = torch.ops.aten
@@ -98,10 +98,8 @@ def _mode_class():
 
         def _fake_of(self, a):
             if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor):
-                # as FakeTensorMode lifts a small torch.tensor(...): a constant, values kept (an
-                # index such as t[:, [-1]] needs them)
-                return self.fake_tensor_converter.from_real_tensor(
-                    self, a, make_constant=a.numel() <= CONSTANT_NUMEL_LIMIT)
+                # not as a constant: FakeTensorMode runs ops on constants for real (a CUDA copy)
+                return self.from_tensor(a)
             return a
 
     _PIN = {aten._pin_memory.default}
