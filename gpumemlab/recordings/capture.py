@@ -208,8 +208,8 @@ class Capture:
                 self._adopt(t, key)
             if t.is_leaf and t.requires_grad and key not in self._leaf_params:
                 self._leaf_params[key] = weakref.ref(t)
-        if (self.fake is not None and self.workspace_bytes and dev == "cuda"
-                and func.__name__.split(".")[0] in _MATMULS):
+        if (self.fake is not None and self.workspace_bytes and dev == "cuda" and seen
+                and func.__name__.split(".")[0] in _MATMULS):   # a CPU matmul makes no workspace
             self._workspace(phase)
         out = func(*args, **kwargs)
         if self.flops is not None:
