@@ -111,7 +111,7 @@ def _params(cases):
         yield pytest.param(name, *case[:5], id=name, marks=marks)
 
 
-@pytest.mark.parametrize("name,folder,script,args,make_data,expect", _params(CASES))
+@pytest.mark.parametrize("name,folder,script,args,make_data,expect", list(_params(CASES)))
 def test_the_planner_runs_a_real_script(library, tmp_path, name, folder, script, args, make_data,
                                         expect):
     root = tmp_path / folder
