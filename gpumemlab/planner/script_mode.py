@@ -120,11 +120,26 @@ def _mode_class():
         return True
 
     def _factory_bytes(func, args, kwargs):
-        size = args[0] if args and isinstance(args[0], (list, tuple)) else None
-        if size is None or not all(isinstance(s, int) for s in size):
-            return 0 if func.__name__.split(".")[0] in ("scalar_tensor", "lift_fresh") else \
-                REAL_CPU_LIMIT + 1
-        dtype = kwargs.get("dtype") or torch.get_default_dtype()
+        """Bytes the factory makes, from its schema's ``size`` (or ``n`` of randperm/eye, the
+        ``end`` of arange); unknown counts as too big (it stays fake)."""
+        named = {a.name: (args[i] if i < len(args) else kwargs.get(a.name, a.default_value))
+                 for i, a in enumerate(func._schema.arguments) if not a.kwarg_only}
+        named.update(kwargs)
+        if "size" in named:
+            size = named["size"]
+        elif "n" in named:
+            size = [named["n"], named.get("m") or named["n"]] if "eye" in func.__name__ \
+                else [named["n"]]
+        elif "end" in named:
+            size = [math.ceil(abs((named["end"] - (named.get("start") or 0))
+                                  / (named.get("step") or 1)))]
+        elif func.__name__.split(".")[0] == "scalar_tensor":
+            size = []
+        else:
+            return REAL_CPU_LIMIT + 1
+        if not isinstance(size, (list, tuple)) or not all(isinstance(d, int) for d in size):
+            return REAL_CPU_LIMIT + 1
+        dtype = named.get("dtype") or torch.get_default_dtype()
         return math.prod(size) * torch.empty((), dtype=dtype, device="meta").element_size()
 
     return ScriptFakeMode
