@@ -168,10 +168,13 @@ def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
-def build(quiet: bool = True) -> str:
+def build(quiet: bool = True) -> str | None:
     """The path of a verified library, compiled if there is none (``fake_cuda_cache`` decides the
-    folder and checks the library's digest). Runs the compiler in a child process
-    (``cpp_extension`` needs torch imported, and this process may not want it)."""
+    folder and checks the library's digest); None on a CUDA build of torch, which needs none (and
+    where loading one aborts). Runs the compiler in a child process (``cpp_extension`` needs torch
+    imported, and this process may not want it)."""
+    if cuda_build():
+        return None
     if sys.platform != "linux":
         raise FakeCudaUnavailable(f"fake CUDA tensors are built for Linux only (this is {sys.platform})")
     folder = fake_cuda_cache.private_folder(_cache_dir(), _cache_base())

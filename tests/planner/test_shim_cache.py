@@ -15,6 +15,7 @@ def _layout(tmp_path, monkeypatch):
     base = tmp_path / "cache"
     base.mkdir()
     monkeypatch.setenv("XDG_CACHE_HOME", str(base))
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: False)   # the CPU build's path, anywhere
     (tmp_path / "tmp").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # fresh folders land here
     return str(base), fake_cuda._cache_dir()
