@@ -103,8 +103,11 @@ def _run_script(cmd, env, out, tick) -> int:
 
 
 def _text(r: dict) -> str:
-    verdict = "fits" if r["fits"] else (f"does NOT fit: the first allocation that ran out asked "
-                                        f"for {format_size(r['oom']['size'])}")
+    if r["fits"] is None:
+        verdict = "not known: the script stopped before the end (the peaks are up to there)"
+    else:
+        verdict = "fits" if r["fits"] else (f"does NOT fit: the first allocation that ran out asked "
+                                            f"for {format_size(r['oom']['size'])}")
     lines = [f"{r['script']} on a {format_size(r['total_memory_bytes'])} simulated card "
              f"({r['traced_on']}, torch {r['torch_version']})",
              f"window: {r['window']}",

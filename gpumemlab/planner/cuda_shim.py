@@ -5,7 +5,7 @@ The queries profiling scripts make (``is_available``, ``device_count``, ``get_de
 ``memory_reserved``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
 ``mem_get_info``, ``memory_stats``, ``memory._record_memory_history``, ``memory._dump_snapshot``,
 ``memory._snapshot``), timing events (``Event``: elapsed time 0, no kernels ran) and NVTX ranges
-(no-ops) are replaced for the duration of ``cuda_shim(card)``, in both ``torch.cuda`` and
+(no-ops) and a DataLoader's pinning thread (the batch goes on unpinned) are replaced for the duration of ``cuda_shim(card)``, in both ``torch.cuda`` and
 ``torch.cuda.memory``, and restored after. Each memory answer first feeds the card everything the
 capture recorded so far (``LiveCard.sync``).
 """
@@ -129,6 +129,11 @@ def cuda_shim(card, capability=(8, 0)):
                                "range": _range, "mark": lambda *a, **k: None}))
     except ImportError:
         pass
+    # a DataLoader(pin_memory=True) with workers pins in a thread of its own, where no dispatch
+    # mode is active, so torch's page-locked allocator (CUDA's) would be asked for real: host
+    # memory is not the card's, so the batch goes on unpinned
+    import torch.utils.data._utils.pin_memory as pinning
+    targets.append((pinning, {"pin_memory": lambda data, device=None: data}))
     for module, names in targets:
         for name, value in names.items():
             saved.append((module, name, module.__dict__.get(name, _MISSING)))

@@ -35,25 +35,37 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from gpumemlab.recordings.capture import capture
     from gpumemlab.recordings.fake import explain, fake_tensors
 
+    from .checkpoints import checkpoints
+    from .compile_eager import eager_compile
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
     from .plan import NOT_SEEN
 
-    fs = fake_tensors("cuda")
+    from .script_mode import ScriptFakeMode, data_factories_on_cpu
+    mode = ScriptFakeMode()
+    fs = fake_tensors("cuda", mode=mode)
     capability, workspace = ARCH[arch]
     rec = capture(fake=fs, device="cuda", frames=False, workspace_bytes=workspace)
     card = LiveCard(rec, total_memory, alloc_conf, context_bytes)
     old_argv, old_path = sys.argv[:], sys.path[:]
     sys.argv = [script] + list(argv)
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    status, error = 0, None
+    import warnings
+    # torch's warnings about the fake set-up itself, not the script: a CPU-only torch has no
+    # cuDNN (RNNs take the fused-cell path), deep copies of kept checkpoints read data_ptr
+    warnings.filterwarnings("ignore", message="PyTorch was compiled without cuDNN")
+    warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
+    status, error, stopped_at = 0, None, None
+    compiled = {"calls": 0}
     try:
-        with cuda_shim(card, capability), rec:
+        with cuda_shim(card, capability), checkpoints(), eager_compile() as compiled, \
+                data_factories_on_cpu(), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except Exception as exc:       # the script failed on fake tensors: one line, no traceback
-        status, error = 1, explain(exc)
+    except Exception as exc:       # one line, and the script's frame where it stopped
+        status, stopped_at = 1, _stopped_at(exc, script)
+        error = explain(exc) if _fake_side(exc) else _own_error(exc, stopped_at)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     peak_a, peak_r, window = card.window_figures()
@@ -63,17 +75,65 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
                   "how": "added at the thread's first matrix multiply"}
                  for e in rec.trace if e.get("estimate")]
     not_seen += [{"what": w, "estimate_bytes": None, "how": "not seen"} for w in NOT_SEEN]
+    if compiled["calls"]:
+        not_seen.append({"what": f"torch.compile ({compiled['calls']} calls): planned eagerly",
+                         "estimate_bytes": None,
+                         "how": "inductor's fused kernels usually hold fewer temporaries than the "
+                                "eager step planned here; its CUDA-graph pools are not seen"})
+    if mode.placeholder_reads:
+        not_seen.append({"what": f"values read from GPU tensors ({mode.placeholder_reads} reads: "
+                                 f".item(), float(), bool())", "estimate_bytes": None,
+                         "how": "answered 0 (fake tensors hold no values): a script that "
+                                "branches on them took the path 0 gives"})
     return {
         "script": script, "argv": list(argv), "traced_on": fs.label, "device_name": DEVICE_NAME,
         "torch_version": torch.__version__, "arch": arch,
         "peak_allocated_bytes": peak_a, "peak_reserved_bytes": peak_r,
         "total_memory_bytes": total_memory, "context_bytes": context_bytes,
-        "alloc_conf": alloc_conf, "fits": card.oom is None, "oom": card.oom,
+        "alloc_conf": alloc_conf, "fits": _fits(card.oom, error), "oom": card.oom, "stopped_at": stopped_at,
         "whole_run_peak_allocated_bytes": card.peak[0],
         "whole_run_peak_reserved_bytes": card.peak[1], "window": window,
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
-        "error": error,
+        "error": error, "placeholder_reads": mode.placeholder_reads,
     }
+
+
+def _fits(oom, error):
+    """False once an allocation ran out; None when the script stopped before the end for another
+    reason (the peaks are partial, so nothing is known); True when it ran to the end."""
+    if oom is not None:
+        return False
+    return None if error else True
+
+
+def _fake_side(exc) -> bool:
+    """Did fake tensors (not the script) fail? Their own exceptions, an op with no kernel for the
+    fake device, or a value read from a fake tensor."""
+    mod = type(exc).__module__ or ""
+    msg = str(exc)
+    return (mod.startswith("torch._subclasses") or mod.startswith("torch.fx")
+            or type(exc).__name__ in ("DataDependentOutputException", "UnsupportedOperatorException",
+                                      "DynamicOutputShapeException", "GuardOnDataDependentSymNode")
+            or (isinstance(exc, NotImplementedError) and "backend" in msg)
+            or "FakeTensor" in msg or "fake tensor" in msg.lower())
+
+
+def _stopped_at(exc, script):
+    """The last frame of the traceback in the script's own code (its folder, not torch or this
+    kit), else the last frame: {"file", "line", "function"}."""
+    import traceback
+    frames = traceback.extract_tb(exc.__traceback__)
+    here = os.path.dirname(os.path.abspath(script))
+    own = [f for f in frames if os.path.abspath(f.filename).startswith(here + os.sep)
+           and "site-packages" not in f.filename]
+    f = (own or frames or [None])[-1]
+    return None if f is None else {"file": f.filename, "line": f.lineno, "function": f.name}
+
+
+def _own_error(exc, where) -> str:
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    at = f" at {os.path.basename(where['file'])}:{where['line']} in {where['function']}" if where else ""
+    return f"the script raised {type(exc).__name__}: {msg[:240]}{at}"
 
 
 def main(args: list) -> int:

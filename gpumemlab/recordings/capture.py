@@ -205,8 +205,8 @@ class Capture:
                 self._adopt(t, key)
             if t.is_leaf and t.requires_grad and key not in self._leaf_params:
                 self._leaf_params[key] = weakref.ref(t)
-        if (self.fake is not None and self.workspace_bytes and dev == "cuda"
-                and func.__name__.split(".")[0] in _MATMULS):
+        if (self.fake is not None and self.workspace_bytes and dev == "cuda" and seen
+                and func.__name__.split(".")[0] in _MATMULS):   # a CPU matmul makes no workspace
             self._workspace(phase)
         out = func(*args, **kwargs)
         if self.flops is not None:
@@ -294,7 +294,9 @@ class Capture:
     def _resolve_grads(self):
         for ref in list(self._leaf_params.values()):
             param = ref()
-            grad = getattr(param, "grad", None) if param is not None else None
+            # only a leaf has .grad; reading it on a tensor that stopped being one (an in-place op
+            # under autograd) makes torch warn in the script's output
+            grad = param.grad if param is not None and param.is_leaf else None
             if grad is not None:
                 rec = self._live.get(storage_key(grad))
                 if rec is not None and rec[0]["category"] in (None, "temporary", "input"):
@@ -320,7 +322,7 @@ class Capture:
         if self.model is not None:
             for p in list(self.model.parameters()) + list(self.model.buffers()):
                 self._adopt_as(p, "parameter")
-                if getattr(p, "grad", None) is not None:
+                if p.is_leaf and p.grad is not None:
                     self._adopt_as(p.grad, "gradient")
         if self.optimizer is not None:
             for group in self.optimizer.param_groups:

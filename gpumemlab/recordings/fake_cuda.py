@@ -9,7 +9,9 @@ does nothing (one device, index 0, one default stream, events always complete) a
 say "built, available, one device", and fills the CUDA slot of the attention kernel choice (which
 ``scaled_dot_product_attention`` asks: flash, memory-efficient or math, as a recent card picks for
 the common cases). It is compiled once with ``torch.utils.cpp_extension`` (about
-5-40 s) into the user's cache directory, keyed by the torch version.
+5-40 s) into the user's cache directory, keyed by the torch version, and loaded from there only
+when that folder is private to the user and the library's digest is the one recorded at its build
+(``fake_cuda_cache.py``); otherwise it is built afresh in a private temporary folder.
 
 The hooks are read once per process (``getCUDAHooks`` caches them at the first call, which
 ``import torch`` makes), so the library must be loaded *before* torch is imported: ``preload()``
@@ -18,7 +20,8 @@ already imported torch, fake CUDA is out of reach: ``gpumemlab plan`` runs scrip
 process for this reason, and ``gml.capture(fake=True)`` falls back to fake tensors of device type
 ``cpu`` counted as the GPU (``status()`` says which).
 
-Where torch was built with CUDA nothing is built: its own guard and hooks serve the fakes.
+Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) nothing is built or
+loaded: its own guard and hooks serve the fakes.
 """
 from __future__ import annotations
 
@@ -30,7 +33,9 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["SOURCE", "library_path", "build", "preload", "status", "FakeCudaUnavailable"]
+from . import fake_cuda_cache
+
+__all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "FakeCudaUnavailable"]
 
 SOURCE = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -133,33 +138,55 @@ def _torch_version() -> str:
     return "unknown"
 
 
+def _cache_base() -> str:
+    return os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+
+
 def _cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     key = hashlib.sha256((SOURCE + _torch_version() + sys.version).encode()).hexdigest()[:12]
-    return os.path.join(base, "gpumemlab", "fake_cuda", f"torch-{_torch_version()}-{key}")
+    return os.path.join(_cache_base(), "gpumemlab", "fake_cuda", f"torch-{_torch_version()}-{key}")
 
 
 def library_path() -> str:
+    """Where the cached library would be (it is loaded from there only after the checks of
+    ``fake_cuda_cache``: a private folder of the user's, the digest recorded at its build)."""
     return os.path.join(_cache_dir(), f"{_NAME}.so")
+
+
+def cuda_build() -> bool:
+    """Is the installed torch built with CUDA? Read from ``torch/version.py`` (``cuda = None`` on
+    a CPU-only build) without importing torch, which must not be imported before the library."""
+    path = os.path.join(_torch_dir(), "version.py")
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.replace(" ", "").startswith("cuda:") or line.replace(" ", "").startswith("cuda="):
+                return line.split("=", 1)[1].strip() not in ("None", "")
+    return False
 
 
 def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
-def build(quiet: bool = True) -> str:
-    """Compile the library if it is not in the cache; returns its path. Runs the compiler in a
-    child process (``cpp_extension`` needs torch imported, and this process may not want it)."""
-    path = library_path()
-    if os.path.exists(path):
-        return path
+def build(quiet: bool = True) -> str | None:
+    """The path of a verified library, compiled if there is none (``fake_cuda_cache`` decides the
+    folder and checks the library's digest); None on a CUDA build of torch, which needs none (and
+    where loading one aborts). Runs the compiler in a child process (``cpp_extension`` needs torch
+    imported, and this process may not want it)."""
+    if cuda_build():
+        return None
     if sys.platform != "linux":
         raise FakeCudaUnavailable(f"fake CUDA tensors are built for Linux only (this is {sys.platform})")
+    folder = fake_cuda_cache.private_folder(_cache_dir(), _cache_base())
+    found = fake_cuda_cache.verified_library(folder)
+    if found:
+        return found
     if _compiler() is None:
         raise FakeCudaUnavailable("fake CUDA tensors need a C++ compiler: install one "
                                   "(Debian/Ubuntu: apt install g++; Fedora: dnf install gcc-c++)")
-    os.makedirs(_cache_dir(), exist_ok=True)
-    src = os.path.join(_cache_dir(), f"{_NAME}.cpp")
+    # a library without its digest is not ours (or half-written): remove it, or ninja keeps it
+    fake_cuda_cache.clear_library(folder)
+    src = os.path.join(folder, f"{_NAME}.cpp")
     with open(src, "w", encoding="utf-8") as f:
         f.write(SOURCE)
     env = dict(os.environ)
@@ -169,13 +196,14 @@ def build(quiet: bool = True) -> str:
     except ImportError:
         pass
     code = ("from torch.utils.cpp_extension import load\n"
-            f"load({_NAME!r}, [{src!r}], build_directory={_cache_dir()!r}, "
+            f"load({_NAME!r}, [{src!r}], build_directory={folder!r}, "
             "is_python_module=False, extra_cflags=['-O1'], verbose=False)\n")
+    path = os.path.join(folder, fake_cuda_cache.LIBRARY)
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if run.returncode != 0 or not os.path.exists(path):
         last = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
         raise FakeCudaUnavailable(f"building the fake-CUDA library failed: {last[0][:300]}")
-    return path
+    return fake_cuda_cache.record_digest(folder)
 
 
 def preload() -> bool:
@@ -191,6 +219,11 @@ def preload() -> bool:
                 return True
             raise FakeCudaUnavailable("torch was imported before the fake-CUDA library could be "
                                       "loaded (it must come first)")
+        if cuda_build():
+            # torch's own CUDA hooks serve fake tensors; registering ours beside them aborts
+            # ("Key already registered with the same priority: CUDAHooks")
+            _state["loaded"] = True
+            return True
         path = build()
         lib = os.path.join(_torch_dir(), "lib")
         for name in ("libc10.so", "libtorch_cpu.so"):
@@ -206,7 +239,7 @@ def preload() -> bool:
 def status() -> dict:
     """``{"cuda": bool, "reason": str|None}``: can this process make fake CUDA tensors?"""
     if _state["loaded"]:
-        return {"cuda": True, "reason": None}
+        return {"cuda": True, "reason": None, "cache": fake_cuda_cache.last_reason()}
     if "torch" in sys.modules:
         import torch
         if torch.backends.cuda.is_built():

@@ -88,11 +88,19 @@ def test_does_not_fit_on_a_small_card(library):
 
 
 def test_a_script_fake_tensors_cannot_run_gets_one_line(library):
-    run = _plan(os.path.join(TESTS, "fixtures", "planner", "reads_a_value.py"))
+    run = _plan(os.path.join(TESTS, "fixtures", "planner", "data_dependent_shape.py"))
     assert run.returncode == 2
     last = run.stderr.strip().splitlines()[-1]
-    assert "fake tensors could not run the step" in last and ".item()" in last
+    assert "fake tensors could not run the step" in last and "nonzero" in last
     assert "Traceback" not in run.stderr
+
+
+def test_a_value_read_on_the_gpu_is_a_placeholder_and_said(library):
+    run = _plan("--json", os.path.join(HERE, "fixtures", "planner", "reads_a_value.py"))
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout)
+    assert r["placeholder_reads"] == 1 and "positive" not in run.stderr   # 0.0 > 0 is False
+    assert any("answered 0" in n["how"] for n in r["not_seen"])
 
 
 def test_bad_arguments_are_one_line():

@@ -1,0 +1,46 @@
+"""A plan that stops says so: ``fits`` is null (the peaks are partial), the script's own error is
+reported as the script's with the frame where it stopped, not as a fake-tensor failure."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpumemlab.recordings import fake_cuda
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURE = os.path.join(TESTS, "fixtures", "planner", "missing_folder.py")
+
+
+@pytest.fixture(scope="module")
+def library():
+    try:
+        return fake_cuda.build()
+    except fake_cuda.FakeCudaUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+def _plan(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
+    return subprocess.run([sys.executable, "-m", "gpumemlab.cli", "plan", *args], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_scripts_own_error_is_its_own_and_fits_is_null(library):
+    run = _plan("--json", FIXTURE)
+    assert run.returncode == 2
+    r = json.loads(run.stdout)
+    assert r["fits"] is None and r["oom"] is None
+    assert r["error"].startswith("the script raised FileNotFoundError")
+    assert "fake tensors" not in r["error"]
+    assert os.path.samefile(r["stopped_at"]["file"], FIXTURE) and r["stopped_at"]["line"] == 6
+    assert r["peak_allocated_bytes"] >= 2 * 256 * 256 * 4     # x and its gradient were made
+
+
+def test_the_text_verdict_of_a_stopped_plan_is_not_known(library):
+    run = _plan(FIXTURE)
+    assert run.returncode == 2
+    assert "not known: the script stopped before the end" in run.stdout
+    assert "fits" not in run.stdout.split("not known")[0].split("\n")[-1]
+    assert "Traceback" not in run.stderr and "UserWarning" not in run.stderr
