@@ -10,7 +10,8 @@ from gpumemlab.lessons import judge
 def test_01ex_answer_past_the_card_is_a_verdict_not_an_error():
     v = judge("01.ex", [16 * 2**30] * 3)
     assert not v.passed and "does not fit" in v.message and "16.00 GiB" in v.message
-    assert judge("01.ex", ["1.5 MiB"] * 3).passed
+    # 01.ex: three sizes that fill one 20 MiB segment while adding up to at most 19.5 MiB
+    assert judge("01.ex", ["9 MiB", "7 MiB", "3.25 MiB"]).passed
 
 
 @pytest.mark.slow
