@@ -247,7 +247,10 @@ def test_assign_names_the_preview_answer_when_the_source_is_wrong(files, capsys)
     preview = expected(variant_questions(nb)["01.7"][0], PREVIEW_SEED)
     assert "source FAILS its own tests: t0\n" in printed
     assert f"variant 01.7: the source's solution must answer the teacher's preview variant, " \
-           f"whose answer is {preview}" in printed and "lab.oom" not in printed
+           f"whose answer is {preview}" in printed
+    assert "variant lab.oom: the source's solution" not in printed   # only the failing one
+    # lab.oom is a yes/no variant: assign says how often a blind answer gets it
+    assert "warning: variant lab.oom: a blind answer" in printed
 
 
 def test_no_check_does_not_claim_a_check(files, capsys):

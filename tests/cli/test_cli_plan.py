@@ -96,7 +96,7 @@ def test_a_script_fake_tensors_cannot_run_gets_one_line(library):
 
 
 def test_a_value_read_on_the_gpu_is_a_placeholder_and_said(library):
-    run = _plan("--json", os.path.join(HERE, "fixtures", "planner", "reads_a_value.py"))
+    run = _plan("--json", os.path.join(TESTS, "fixtures", "planner", "reads_a_value.py"))
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout)
     assert r["placeholder_reads"] == 1 and "positive" not in run.stderr   # 0.0 > 0 is False
