@@ -91,6 +91,7 @@ class Plan:
     transfer_bytes: int = 0
     failed: list = field(default_factory=list)
     assumptions: list = field(default_factory=list)
+    host_note: str = ""
 
     @property
     def capacity_bytes(self) -> int:
@@ -115,15 +116,16 @@ OFFLOADS = ("activations", "optimizer")
 
 def _run(setup, config, conf, capacity, offload=None):
     """Trace and replay one configuration: (capture, result at capacity, result for the figures,
-    offload figures). With ``offload="optimizer"`` the replay leaves out the optimizer state."""
+    offload figures, what was replayed). With ``offload="optimizer"`` the replay leaves out the
+    optimizer state (it lives on the host)."""
     rec = trace(setup, with_(config, offload=offload == "activations"))
     source, host = rec, _host_cost(rec, offload, conf)
     if offload == "optimizer":
         source = without_category(rec.trace, "optimizer_state")
     r = replay(source, alloc_conf=conf, total_memory=capacity)
     if r.oom is None:
-        return rec, r, r, host
-    return rec, r, replay(source, alloc_conf=conf, total_memory=UNLIMITED_BYTES), host
+        return rec, r, r, host, source
+    return rec, r, replay(source, alloc_conf=conf, total_memory=UNLIMITED_BYTES), host, source
 
 
 def _host_cost(rec, offload, conf) -> dict:
@@ -157,13 +159,13 @@ def _budgets(at_cap, host, host_memory) -> list:
 def _option(name, setup, config, conf, capacity, base_ops, note="", offload=None,
             host_memory=None):
     try:
-        rec, at_cap, full, host = _run(setup, config, conf, capacity, offload)
+        rec, at_cap, full, host, _ = _run(setup, config, conf, capacity, offload)
     except StepFailed as exc:
         return Option(name, None, None, None, note=str(exc))
     failed = _budgets(at_cap, host, host_memory)
     return Option(name, full.peak_allocated, full.peak_reserved, not failed,
                   extra_compute=(rec.flops - base_ops) / base_ops if base_ops else 0.0,
-                  note=host["note"] or note, transfer_bytes=host["moved"],
+                  note="; ".join(n for n in (note, host["note"]) if n), transfer_bytes=host["moved"],
                   host_pinned_bytes=host["pinned"], failed=failed)
 
 
@@ -200,31 +202,32 @@ def plan(model, optimizer=None, inputs=None, *, total_memory="24GiB", alloc_conf
                   workspace_bytes=workspace_bytes)
     config = Config(batch_size=batch_size, precision=precision, checkpointing=checkpointing,
                     accumulation=accumulation, steps=steps)
-    rec, at_cap, full, host = _run(setup, config, alloc_conf, capacity, offload)
+    rec, at_cap, full, host, src = _run(setup, config, alloc_conf, capacity, offload)
     if offload == "activations" and rec.device != "cuda":
         raise ValueError("activation offload (save_on_cpu) moves CUDA tensors: plan it on fake "
                          "CUDA tensors (device='cuda')")
     failed = _budgets(at_cap, host, host_budget)
     fits = not failed
-    cats = by_category_at_peak(rec, full)
+    cats = by_category_at_peak(src, full)
     p = Plan(label=rec.label, config=config, total_memory_bytes=total, context_bytes=context_bytes,
-             alloc_conf=alloc_conf, params=rec.param_count, steps=per_step(rec, full),
+             alloc_conf=alloc_conf, params=rec.param_count, steps=per_step(src, full),
              peak_allocated_bytes=full.peak_allocated, peak_reserved_bytes=full.peak_reserved,
              fits=fits, shortfall_bytes=max(full.peak_reserved - capacity, 0),
              by_category=cats, capture=rec, offload=offload, host_memory_bytes=host_budget,
              host_pinned_bytes=host["pinned"], transfer_bytes=host["moved"], failed=failed)
-    p.assumptions = [f"{name}: {src}" for name, src in LINK_SOURCES.items()]
+    p.host_note = host["note"]
+    p.assumptions = [f"{name}: {what}" for name, what in LINK_SOURCES.items()]
     p.not_seen = _not_seen(rec, context_bytes)
     base_ops = rec.flops
     if largest_batch:
         p.largest_batch = _largest_batch(setup, config, alloc_conf, capacity, max_batch, fits,
                                          offload)
-    card = smallest_card(rec, alloc_conf, 0)
+    card = smallest_card(src, alloc_conf, 0)
     p.smallest_card_bytes = None if card["bytes"] is None else card["bytes"] + context_bytes
     if levers:
         p.levers = _levers(setup, config, alloc_conf, capacity, base_ops, p, rec, host_budget)
     if settings:
-        p.settings = _settings(rec, alloc_conf, capacity)
+        p.settings = _settings(src, alloc_conf, capacity)
     model_states = sum(cats.get(c, 0) for c in ("parameter", "gradient", "optimizer_state"))
     states_full = _states_total(rec)
     p.crosscheck = crosscheck(
@@ -268,7 +271,7 @@ def _levers(setup, config, conf, capacity, base_ops, p, rec, host_memory=None):
     given = config.label() + (f", {p.offload} offloaded" if p.offload else "")
     base = Option(f"as given ({given})", p.peak_allocated_bytes, p.peak_reserved_bytes,
                   p.fits, transfer_bytes=p.transfer_bytes, host_pinned_bytes=p.host_pinned_bytes,
-                  failed=list(p.failed))
+                  failed=list(p.failed), note=p.host_note)
     out = [base]
     same = {"offload": p.offload, "host_memory": host_memory}   # the other levers keep it
     if config.precision is None:

@@ -85,7 +85,9 @@ def plan_text(p) -> str:
                          f"{o.note}")
         if not p.fits:
             helping = [o.name for o in p.levers if o.fits]
-            lines.append(f"  levers that close the {_size(p.shortfall_bytes)} gap (and fit the host): "
+            gap = (f"close the {_size(p.shortfall_bytes)} gap" if "device" in p.failed
+                   else "fit the host budget")
+            lines.append(f"  levers that {gap}: "
                          + (", ".join(helping) if helping else "none of these alone"))
     if p.settings:
         lines += ["", "allocator settings (the doctor's search, same trace):"]
