@@ -55,7 +55,7 @@ class Option:
     peak_reserved_bytes: int | None
     fits: bool | None
     extra_compute: float = 0.0          # extra floating-point operations, a fraction of the base
-    transfer_bytes: int = 0             # bytes moved to the host and back per step (offload)
+    transfer_bytes: int = 0             # bytes over the link per step, both ways (offload)
     note: str = ""
     pareto: bool = False
     host_pinned_bytes: int = 0          # pinned host memory it holds (offload), rounded per tensor
@@ -139,12 +139,11 @@ def _host_cost(rec, offload, conf) -> dict:
         states = live_sizes(rec.trace, "optimizer_state")
         pinned = pinned_total(states, conf)
         out = [sum(live_sizes(rec.trace, "gradient")), sum(live_sizes(rec.trace, "parameter"))]
-        moved = sum(out)
         what = f"{len(states)} state tensors pinned; gradients out, parameters back each step"
     else:
         return {"pinned": 0, "moved": 0, "note": ""}
     times = ", ".join(f"{t:.1f} ms at {name}" for name, t in copy_ms(sum(out)).items())
-    return {"pinned": pinned, "moved": moved,
+    return {"pinned": pinned, "moved": sum(out),
             "note": f"{what}: pins {format_size(pinned)}, moves {format_size(sum(out))} per "
                     f"step ({times})"}
 
@@ -221,7 +220,7 @@ def plan(model, optimizer=None, inputs=None, *, total_memory="24GiB", alloc_conf
     base_ops = rec.flops
     if largest_batch:
         p.largest_batch = _largest_batch(setup, config, alloc_conf, capacity, max_batch, fits,
-                                         offload)
+                                         offload, host_budget)
     card = smallest_card(src, alloc_conf, 0)
     p.smallest_card_bytes = None if card["bytes"] is None else card["bytes"] + context_bytes
     if levers:
@@ -243,14 +242,17 @@ def _states_total(rec) -> int:
     return sum(sum(live_sizes(rec.trace, c)) for c in ("parameter", "gradient", "optimizer_state"))
 
 
-def _largest_batch(setup, config, conf, capacity, max_batch, base_fits, offload=None):
+def _largest_batch(setup, config, conf, capacity, max_batch, base_fits, offload=None,
+                   host_memory=None):
     """The largest batch (a multiple of the accumulation) whose steps fit, each trial replayed."""
     unit = config.accumulation
 
     def fits(b):
         try:
-            return _run(setup, with_(config, batch_size=b * unit, steps=min(config.steps, 2)),
-                        conf, capacity, offload)[1].oom is None
+            _, at_cap, _, host, _ = _run(setup, with_(config, batch_size=b * unit,
+                                                      steps=min(config.steps, 2)),
+                                         conf, capacity, offload)
+            return not _budgets(at_cap, host, host_memory)
         except StepFailed:
             return False
 
