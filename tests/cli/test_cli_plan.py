@@ -84,6 +84,7 @@ def test_does_not_fit_on_a_small_card(library):
     assert run.returncode == 1, run.stderr      # the answer is no: exit 1, as verify's
     r = json.loads(run.stdout)
     assert r["fits"] is False and r["oom"]["size"] > 0
+    assert r["failed"] == ["device"] and r["host"]["pinned_requests"] == 0   # it pins nothing
     assert r["window"].startswith("the whole run")
 
 
