@@ -1,12 +1,13 @@
-"""``gpumemlab plan [--total-memory SIZE] [--alloc-conf CONF] [--context SIZE] [--arch sm80|sm90]
-[--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
+"""``gpumemlab plan [--total-memory SIZE] [--host-memory SIZE] [--alloc-conf CONF] [--context SIZE]
+[--arch sm80|sm90] [--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
 simulated card and say whether it fits.
 
 The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
 to be loaded before torch), in the current directory, with its own arguments. Its output is shown
 as it runs (on stderr with ``--json``, so that stdout is the JSON alone), under a progress line
 on a terminal (``--quiet``: none). Exit status 0 when the script ran and the step fits, 1 when it
-ran and does NOT fit (like ``verify``'s 1: the answer is no), 2 for input that cannot be planned
+ran and does NOT fit the card or the ``--host-memory`` budget for pinned host memory (like
+``verify``'s 1: the answer is no; the output says which budget failed), 2 for input that cannot be planned
 or a script that stopped early.
 """
 from __future__ import annotations
@@ -30,6 +31,9 @@ def register(subparsers) -> None:
                     "against a simulated card: peak allocated and reserved, fits or not.")
     p.add_argument("--total-memory", metavar="SIZE", default="80GiB",
                    help="the card's size (default 80GiB)")
+    p.add_argument("--host-memory", metavar="SIZE", default=None,
+                   help="pinned host memory the script may use (pin_memory, save_on_cpu): the "
+                        "host allocator's rounding counted; default no host budget")
     p.add_argument("--alloc-conf", metavar="CONF", default="",
                    help="PYTORCH_CUDA_ALLOC_CONF for the simulated allocator")
     p.add_argument("--context", metavar="SIZE", default=str(CUDA_CONTEXT_BYTES),
@@ -49,6 +53,8 @@ def cmd_plan(args) -> int:
     try:
         total = parse_size(args.total_memory, name="--total-memory")
         context = parse_size(args.context, name="--context")
+        host_memory = (None if args.host_memory is None
+                       else parse_size(args.host_memory, name="--host-memory"))
     except (TypeError, ValueError) as exc:
         raise CLIError(str(exc)) from None
     if context >= total:
@@ -64,7 +70,7 @@ def cmd_plan(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpumemlab-plan-") as tmp:
         out = os.path.join(tmp, "result.json")
         config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
-                  "arch": args.arch, "result": out}
+                  "arch": args.arch, "result": out, "host_memory": host_memory}
         cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
                args.script, *args.args]
         env = dict(os.environ)
@@ -102,18 +108,37 @@ def _run_script(cmd, env, out, tick) -> int:
     return proc.returncode
 
 
+def _failed(r: dict) -> str:
+    """Which budgets failed: the card (the first allocation that ran out), the host."""
+    out = []
+    if r.get("oom") is not None:
+        out.append(f"device budget: the first allocation that ran out asked for "
+                   f"{format_size(r['oom']['size'])}")
+    if "host" in (r.get("failed") or []):
+        out.append(f"host budget: pins {format_size(r['host']['pinned_peak_bytes'])} of "
+                   f"{format_size(r['host_memory_bytes'])}")
+    return "; ".join(out)
+
+
 def _text(r: dict) -> str:
     if r["fits"] is None:
         verdict = "not known: the script stopped before the end (the peaks are up to there)"
     else:
-        verdict = "fits" if r["fits"] else (f"does NOT fit: the first allocation that ran out asked "
-                                            f"for {format_size(r['oom']['size'])}")
+        verdict = "fits" if r["fits"] else "does NOT fit: " + _failed(r)
     lines = [f"{r['script']} on a {format_size(r['total_memory_bytes'])} simulated card "
              f"({r['traced_on']}, torch {r['torch_version']})",
              f"window: {r['window']}",
              f"peak allocated {format_size(r['peak_allocated_bytes'])}, peak reserved "
-             f"{format_size(r['peak_reserved_bytes'])}: {verdict}",
-             "not seen by fake tensors:"]
+             f"{format_size(r['peak_reserved_bytes'])}: {verdict}"]
+    host = r.get("host") or {}
+    if host.get("pinned_requests") or r.get("host_memory_bytes") is not None:
+        budget = ("no host budget" if r.get("host_memory_bytes") is None
+                  else f"host budget {format_size(r['host_memory_bytes'])}")
+        lines.append(f"pinned host memory: {host.get('pinned_requests', 0)} requests of "
+                     f"{format_size(host.get('requested_bytes', 0))} pin "
+                     f"{format_size(host.get('pinned_peak_bytes', 0))} at the peak (rounded and "
+                     f"cached as CachingHostAllocator does), {budget}")
+    lines.append("not seen by fake tensors:")
     for n in r["not_seen"]:
         est = "" if n["estimate_bytes"] is None else f" {format_size(n['estimate_bytes'])}"
         lines.append(f"  {n['what']}:{est} ({n['how']})")

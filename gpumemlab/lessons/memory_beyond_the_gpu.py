@@ -13,6 +13,7 @@ usual rule of thumb, so a recomputed forward is one third of a step's layer work
 """
 from __future__ import annotations
 
+from gpumemlab.planner.offload import copy_ms
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import GiB, MiB, format_size
@@ -90,6 +91,7 @@ def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
     stats = gpu.memory_stats()
     out["device_peak_reserved_bytes"] = stats["reserved_bytes.all.peak"]
     out["extra_compute"] = out["recomputed_layers"] / (3 * layers)
+    out["copy_ms"] = copy_ms(out["moved_bytes"])       # the planner's link table, one way each
     return out
 
 

@@ -26,8 +26,9 @@ ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 10
 
 
 def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
-               context_bytes: int, arch: str = "sm80") -> dict:
-    """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded)."""
+               context_bytes: int, arch: str = "sm80", host_memory: int | None = None) -> dict:
+    """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded).
+    ``host_memory``: a budget for the pinned host memory the script asks for (None: none)."""
     import runpy
 
     import torch
@@ -42,7 +43,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .plan import NOT_SEEN
 
     from .script_mode import ScriptFakeMode, data_factories_on_cpu
-    mode = ScriptFakeMode()
+    mode = ScriptFakeMode(alloc_conf)
     fs = fake_tensors("cuda", mode=mode)
     capability, workspace = ARCH[arch]
     rec = capture(fake=fs, device="cuda", frames=False, workspace_bytes=workspace)
@@ -85,12 +86,18 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
                                  f".item(), float(), bool())", "estimate_bytes": None,
                          "how": "answered 0 (fake tensors hold no values): a script that "
                                 "branches on them took the path 0 gives"})
+    host = mode.host.figures()
+    failed = ["device"] if card.oom is not None else []
+    if host_memory is not None and host["pinned_peak_bytes"] > host_memory:
+        failed.append("host")
+    fits = _fits(card.oom, error)
     return {
+        "host": host, "host_memory_bytes": host_memory, "failed": failed,
         "script": script, "argv": list(argv), "traced_on": fs.label, "device_name": DEVICE_NAME,
         "torch_version": torch.__version__, "arch": arch,
         "peak_allocated_bytes": peak_a, "peak_reserved_bytes": peak_r,
         "total_memory_bytes": total_memory, "context_bytes": context_bytes,
-        "alloc_conf": alloc_conf, "fits": _fits(card.oom, error), "oom": card.oom, "stopped_at": stopped_at,
+        "alloc_conf": alloc_conf, "fits": False if failed else fits, "oom": card.oom, "stopped_at": stopped_at,
         "whole_run_peak_allocated_bytes": card.peak[0],
         "whole_run_peak_reserved_bytes": card.peak[1], "window": window,
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
@@ -148,7 +155,8 @@ def main(args: list) -> int:
         result = run_script(script, argv, total_memory=config["total_memory"],
                             alloc_conf=config.get("alloc_conf", ""),
                             context_bytes=config["context_bytes"],
-                            arch=config.get("arch", "sm80"))
+                            arch=config.get("arch", "sm80"),
+                            host_memory=config.get("host_memory"))
     with open(config["result"], "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0

@@ -9,7 +9,8 @@ script needs and a single planned step does not.
   more than ``REAL_CPU_LIMIT`` bytes stays fake (a model built on the CPU before ``.to("cuda")``
   would otherwise be initialised for real in host memory). Pinning (``pin_memory()``, a
   ``DataLoader(pin_memory=True)``) makes an ordinary CPU copy: page-locked host memory needs a CUDA
-  host allocator, and it is not GPU memory.
+  host allocator, and it is not GPU memory; what would have been pinned is counted on the kit's
+  host allocator model (``host_ledger``, ``mode.host``) for the host budget.
 * **Values read from a fake tensor are placeholders.** ``loss.item()``, ``float(t)``, a ``bool``
   of a tensor (``aten._local_scalar_dense``) have no value to give: the read answers 0 (0.0,
   ``False``), the value of "nothing unusual" for the reads scripts make (a loss to print, GradScaler's
@@ -22,6 +23,8 @@ script needs and a single planned step does not.
 * ``torch.tensor(data, device="cuda")`` (``data_factories_on_cpu``): see there.
 """
 from __future__ import annotations
+
+from .host_ledger import HostLedger
 
 import contextlib
 import math
@@ -70,10 +73,11 @@ def _mode_class():
     aten = torch.ops.aten
 
     class ScriptFakeMode(FakeTensorMode):
-        def __init__(self):
+        def __init__(self, alloc_conf=""):
             super().__init__(allow_non_fake_inputs=True)
             self.placeholder_reads = 0
             self.real_cpu_ops = 0
+            self.host = HostLedger(alloc_conf)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
@@ -82,19 +86,22 @@ def _mode_class():
                 dtype = args[0].dtype
                 return False if dtype == torch.bool else (0.0 if dtype.is_floating_point
                                                           or dtype.is_complex else 0)
+            pinned = bool(kwargs.get("pin_memory"))
+            if pinned:                  # an ordinary CPU tensor, its pinned bytes counted
+                kwargs = dict(kwargs, pin_memory=False)
             if _real_cpu(func, args, kwargs):
                 self.real_cpu_ops += 1
                 if func in _PIN:        # pinned host memory needs a CUDA host allocator
-                    return args[0].clone()
+                    return self.host.pin(args[0].clone())
                 if func is aten.is_pinned.default:
                     return False
-                if kwargs.get("pin_memory"):
-                    kwargs = dict(kwargs, pin_memory=False)
-                return func(*args, **kwargs)   # this mode is off inside its own handler
+                out = func(*args, **kwargs)    # this mode is off inside its own handler
+                return self.host.pin(out) if pinned and isinstance(out, torch.Tensor) else out
             # a real CPU tensor going to the GPU (``.to("cuda")``, ``copy_``) becomes a fake one
             # first: FakeTensorMode runs an op with no fake input for real, on a CUDA it lacks
             args, kwargs = tree_map(self._fake_of, (args, kwargs))
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            out = super().__torch_dispatch__(func, types, args, kwargs)
+            return self.host.pin(out) if pinned and isinstance(out, torch.Tensor) else out
 
         def _fake_of(self, a):
             if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor):
@@ -154,12 +161,13 @@ _CPU_DEFAULT_FACTORIES = {"empty", "zeros", "ones", "full", "rand", "randn", "ra
 _CLASS = []
 
 
-def ScriptFakeMode():   # noqa: N802 (a class made on first use: torch is imported late)
-    """A new mode instance (the class is built once torch is imported)."""
+def ScriptFakeMode(alloc_conf=""):   # noqa: N802 (a class made on first use: torch is imported late)
+    """A new mode instance (the class is built once torch is imported); ``alloc_conf``'s pinned
+    settings round the host requests it counts."""
     if not _CLASS:
         _register_meta_kernels()
         _CLASS.append(_mode_class())
-    return _CLASS[0]()
+    return _CLASS[0](alloc_conf)
 
 
 def _non_cpu(device) -> bool:

@@ -160,13 +160,15 @@ def trace(setup: Setup, config: Config, *, frames: bool = False):
         micro = config.batch_size // config.accumulation
         rec = capture(model, opt, fake=fs, frames=frames, **kwargs)
         rec.flops = 0   # counted by the capture from here (torch.utils.flop_counter's formulas)
-        moved = [0]
+        moved = []                    # per forward under offload: the sizes save_on_cpu packs
         with rec:
             for i in range(config.steps):
                 rec.new_step(f"step {i + 1}")
                 _one_step(setup, config, model, opt, micro, fs.device, torch, moved)
             rec.set_memory_metadata("")
-        rec.offload_bytes_per_step = moved[0] // config.steps
+        rec.offload_bytes_per_step = sum(map(sum, moved)) // config.steps
+        # the forward that pins the most: its tensors are all alive at its end (host peak)
+        rec.offload_saved_sizes = max(moved, key=sum, default=[])
     except StepFailed:
         raise
     except Exception as exc:  # an op fake tensors cannot run, or the user's code failing
@@ -206,7 +208,8 @@ def _forward(setup, config, model, micro, device, torch, moved):
     x = _make_inputs(setup, micro, device)
     with contextlib.ExitStack() as stack:
         if config.offload:
-            stack.enter_context(_offload(torch, moved))
+            moved.append([])
+            stack.enter_context(_offload(torch, moved[-1]))
         if config.precision:
             dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[config.precision]
             stack.enter_context(torch.autocast(device, dtype=dtype))
@@ -216,13 +219,14 @@ def _forward(setup, config, model, micro, device, torch, moved):
 def _offload(torch, moved):
     """``torch.autograd.graph.save_on_cpu``'s hooks, counting the bytes: every tensor saved for
     backward that is not on the CPU is copied there in the forward and back in the backward
-    (weights included, as there). Pinned or not, the host copy holds no device memory."""
+    (weights included, as there). Pinned or not, the host copy holds no device memory; each
+    packed tensor's size is appended to ``moved`` (its own pinned request under pin_memory=True)."""
     def pack(t):
         if t.device.type == "cpu":
             return t
         host = torch.empty(t.size(), dtype=t.dtype, layout=t.layout, device="cpu")
         host.copy_(t)
-        moved[0] += t.numel() * t.element_size()
+        moved.append(t.numel() * t.element_size())
         return (t.device, host)
 
     def unpack(packed):

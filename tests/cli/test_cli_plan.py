@@ -84,6 +84,7 @@ def test_does_not_fit_on_a_small_card(library):
     assert run.returncode == 1, run.stderr      # the answer is no: exit 1, as verify's
     r = json.loads(run.stdout)
     assert r["fits"] is False and r["oom"]["size"] > 0
+    assert r["failed"] == ["device"] and r["host"]["pinned_requests"] == 0   # it pins nothing
     assert r["window"].startswith("the whole run")
 
 
@@ -117,3 +118,30 @@ def test_hopper_has_the_larger_cublas_workspace(library):
     assert ws["cuBLAS workspace (main thread)"] == 32 * MiB + 128 * 1024
     # two threads, each 24 MiB more
     assert r90["peak_allocated_bytes"] - r80["peak_allocated_bytes"] == 2 * 24 * MiB
+
+
+OFFLOAD = os.path.join(TESTS, "fixtures", "planner", "save_on_cpu_relu.py")
+
+
+def test_host_budget_makes_a_save_on_cpu_step_not_fit(library):
+    # eight saved activations of 24 MiB, each its own pinned request: 8 x 32 MiB = 256 MiB under
+    # the default rounding, over a 200 MiB host budget (exit 1, the host budget named)
+    run = _plan("--host-memory", "200MiB", OFFLOAD)
+    assert run.returncode == 1, run.stderr
+    assert "does NOT fit: host budget: pins 256.00 MiB of 200.00 MiB" in run.stdout
+    # two steps ask 16 times; the second step reuses the first one's cached blocks
+    assert "16 requests of 384.00 MiB pin 256.00 MiB at the peak" in run.stdout
+    # above pinned_max_round_threshold_mb:16 a 24 MiB request is pinned at its size: 192 MiB
+    run = _plan("--json", "--host-memory", "200MiB", "--alloc-conf",
+                "pinned_max_round_threshold_mb:16", OFFLOAD)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout)
+    assert r["host"] == {"pinned_peak_bytes": 192 * MiB, "pinned_requests": 16,
+                         "requested_bytes": 16 * 24 * MiB}
+    assert r["fits"] is True and r["failed"] == [] and r["host_memory_bytes"] == 200 * MiB
+
+
+def test_bad_host_memory_is_one_line(library):
+    run = _plan("--host-memory", "lots", OFFLOAD)
+    assert run.returncode == 2 and "--host-memory" in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
