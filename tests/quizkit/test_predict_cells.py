@@ -40,8 +40,8 @@ def test_bad_predictions_get_one_line_and_keep_the_old_one(predict, capsys):
     predict("02.p1", "segments?", kind="number", unit="segments")
     capsys.readouterr()
     predict.answer("02.p1", "three")
-    assert capsys.readouterr().out == ("? 02.p1 asks for a number of segments (no size unit), "
-                                      "such as 3; got 'three'\n")
+    assert capsys.readouterr().out == ("? 02.p1 asks for a number of segments (digits, no size "
+                                      "unit); got 'three'\n")
     predict("05.p1", "which?", choices=["defaults", "max_split_size_mb:512"])
     capsys.readouterr()
     predict.answer("05.p1", "c")
@@ -95,7 +95,7 @@ def test_the_lessons_questions_keep_their_unit_after_a_kernel_restart(tmp_path, 
     again.answer("02.p2", "7")
     again.answer("77.p1", "3")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ("? 01.p1 asks for a number of cudaMalloc calls (no size unit), such as 3; "
+    assert out[0] == ("? 01.p1 asks for a number of cudaMalloc calls (digits, no size unit); "
                       "got '124 MiB'")
     assert out[1].startswith("Saved: you predict 12 cudaMalloc calls")
     assert out[2].startswith("? expected one of a) yes, from the cache")
@@ -156,3 +156,27 @@ def test_every_lesson_question_is_registered_as_the_lesson_asks_it():
     assert len(asked) >= 20
     registered = {pid: (q.kind, q.unit, q.choices) for pid, q in QUESTIONS.items()}
     assert registered == asked
+
+
+def test_the_answer_format_shown_is_never_a_possible_answer(tmp_path):
+    """The predict cell shows how to answer in code with a placeholder, not an example value: an
+    example such as 'a', 3 or '2 GiB' was the right answer of some questions (05.p1, 09.p2).
+    For every question of every lesson, the placeholder shown does not parse as an answer, and
+    the format line names no choice and no number."""
+    import re
+
+    import gpumemlab.lessons  # noqa: F401  (registers the lessons' questions)
+    from gpumemlab.quizkit.predict import (PredictionError, Predictions, answer_example,
+                                           answer_format, parse_prediction)
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    assert len(QUESTIONS) >= 20
+    shown = Predictions(progress_path=tmp_path / "progress.json")
+    for pid, spec in QUESTIONS.items():
+        example = answer_example(spec)
+        with pytest.raises(PredictionError):
+            parse_prediction(spec, example)
+        fmt_line = answer_format(spec)
+        assert not re.search(r"\d", example + fmt_line), (pid, fmt_line)
+        assert not any(str(c).lower() in fmt_line.lower() for c in spec.choices), (pid, fmt_line)
+        assert f"gml.predict.answer({pid!r}, {example!r})" in shown.text(pid)
