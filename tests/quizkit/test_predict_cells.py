@@ -55,7 +55,7 @@ def test_reveal_says_right_or_wrong_and_by_how_much(predict):
     assert predict.judge("01.p1", 2 * MiB).verdict == "exact"
     predict.record("01.p1", "2.1 MiB")          # 5 % over an exact quantity: wrong, not "close"
     r = predict.judge("01.p1", 2 * MiB)
-    assert r.verdict == "off" and "off by 102.40 KiB (too high, 5.0 %)" in r.text
+    assert r.verdict == "off" and "off by 102.40 KiB (too high, 5.00 %)" in r.text
     predict.record("01.p1", "20 MiB")
     r = predict.judge("01.p1", 2 * MiB)
     assert r.verdict == "off" and "a factor of 10.00" in r.text
@@ -119,7 +119,7 @@ def test_headless_prints_the_question_and_moves_on(predict, capsys):
     assert predict("01.p2", "How many cudaMalloc calls?", kind="number") is None
     out = capsys.readouterr().out
     assert out.startswith("Predict 01.p2: How many cudaMalloc calls?")
-    assert "gml.predict.answer('01.p2', 3)" in out
+    assert "gml.predict.answer('01.p2', '<number>')" in out
 
 
 def test_widget_view_records_through_the_same_model(predict, monkeypatch):
@@ -180,3 +180,19 @@ def test_the_answer_format_shown_is_never_a_possible_answer(tmp_path):
         assert not re.search(r"\d", example + fmt_line), (pid, fmt_line)
         assert not any(str(c).lower() in fmt_line.lower() for c in spec.choices), (pid, fmt_line)
         assert f"gml.predict.answer({pid!r}, {example!r})" in shown.text(pid)
+
+
+def test_a_misconception_typed_as_printed_names_its_rule():
+    """15.p1's likeliest wrong answer is the request itself, typed as the lesson prints it
+    ("20.4 GiB", a byte off the request's exact count): the reveal names the rounding."""
+    import gpumemlab.lessons  # noqa: F401
+    from gpumemlab.lessons.memory_beyond_the_gpu import REQUEST_15
+    from gpumemlab.quizkit.predict import parse_prediction
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    spec = QUESTIONS["15.p1"]
+    typed = parse_prediction(spec, "20.4 GiB")
+    assert typed != REQUEST_15
+    r = compare(spec, typed, 32 * GiB)
+    assert r.verdict == "off" and "power of two" in r.rule and "36.25 %" in r.text
+    assert not compare(spec, 20 * GiB, 32 * GiB).rule
