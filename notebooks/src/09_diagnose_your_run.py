@@ -135,6 +135,7 @@ seen = evidence(snap)
 gml.predict("09.p1", "What will the diagnosis say caused this OOM?",
             choices=["FRAGMENTATION", "EXHAUSTION"])
 
+
 # %%
 def verdict(ev):
     m = ev["metrics"]
