@@ -336,8 +336,9 @@ at_start = next(m for m in placed if m[3] == "0")
 inside = next(m for m in placed if m[3] != "0")
 freed = next((l for l in lines if l.startswith("del ")), None)
 print(f"{new_seg!r}: a new segment from the driver")
+asked = next(e["size"] for e in sim.snapshot()["device_traces"][0] if e["action"] == "alloc")
 print(f"{at_start[0]!r}: tensor {at_start[1]} at offset 0 of {at_start[2]}, {at_start[4]} long: "
-      f"the size asked for (tensor a asked for 1 byte; its block is {round_size(1)} bytes)")
+      f"the size asked for ({asked:,} bytes), not its block's ({round_size(asked):,} bytes)")
 print(f"{inside[0]!r}: tensor {inside[1]} starts {inside[3]} into {inside[2]}")
 if freed:
     print(f"{freed!r}: its free; the block stays cached")
