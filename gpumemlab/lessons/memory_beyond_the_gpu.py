@@ -16,6 +16,7 @@ from __future__ import annotations
 from gpumemlab.planner.offload import copy_ms
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
+from gpumemlab.allocator.host.rounding import power_of_2_ceil
 from gpumemlab.units import GiB, MiB, format_size
 
 REQUEST_15 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
@@ -123,11 +124,14 @@ def offload_fits_host(threshold_mb) -> dict:
           "of MiB) under which the step runs without a host OOM: a smaller threshold also "
           "fits, but would stop rounding small buffers the cache reuses well.",
           "a whole number of MiB, like 16",
-          hints=("Which requests does the host allocator round, the ones at most the threshold "
-                 "or the ones above it?",
-                 "Rounded, each activation takes the next power of two: does that fit the host "
-                 "budget times the layer count? Unrounded?",
-                 "The largest whole number of MiB that is still below the activation's size."),
+          hints=("Which requests does the host allocator round: those at most the threshold, or "
+                 "those above it? Section 3's table shows the rule at its edge.",
+                 "Rounded, each activation takes the next power of two. Compare the layer count "
+                 "times that block with the host's budget; then the layer count times the "
+                 "activation's exact size.",
+                 "A request equal to the threshold is still rounded; one byte above it is not. "
+                 "The threshold is a whole number of MiB and the activation is not: on which "
+                 "side of the threshold must the activation fall, and how close can it be?"),
           stub=None)
 def _judge_15(answer):
     if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
@@ -136,11 +140,19 @@ def _judge_15(answer):
     above = offload_fits_host(answer + 1)
     figures = {"host_peak_bytes": run["host_peak_bytes"], "oom": run["oom"],
                "next_threshold_oom": above["oom"]}
+    act, layers = EX_STEP_15["act_bytes"], EX_STEP_15["layers"]
     if run["oom"] is not None:
-        return False, (f"with {answer} MiB the host runs out: {run['oom']}"), figures
+        if act <= answer * MiB:   # the mistake the judge can see: the activation is rounded
+            block = power_of_2_ceil(act)
+            why = (f"the {format_size(act)} activation is at most {answer} MiB, so each is "
+                   f"rounded up to {format_size(block)}: {layers} of them would pin "
+                   f"{format_size(layers * block)} against the host's {EX_HOST_15[:-3]} MiB")
+        else:
+            why = run["oom"]
+        return False, f"with {answer} MiB the host runs out: {why}", figures
     if above["oom"] is None:
-        return False, (f"{answer} MiB fits, and so does {answer + 1} MiB: a larger one "
-                       "still fits"), figures
+        return False, (f"{answer} MiB fits: each activation is above it and pinned at its exact "
+                       f"size; {answer + 1} MiB fits too, so {answer} is not the largest"), figures
     return True, (f"{answer} MiB: the step pins {format_size(run['host_peak_bytes'])} at its "
                   f"peak; at {answer + 1} MiB the activations are rounded and the host runs "
                   "out"), figures

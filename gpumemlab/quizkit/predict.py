@@ -74,10 +74,31 @@ def parse_prediction(spec: Spec, value):
 
 def _expected(spec: Spec, value) -> str:
     if spec.kind == "size":
-        return (f"{spec.id} asks for a size, such as '2 GiB', '2048 MiB' or a number of bytes; "
-                f"got {value!r}")
+        return (f"{spec.id} asks for a size: a number with its unit (KiB, MiB, GiB) or a number "
+                f"of bytes; got {value!r}")
     unit = f" of {spec.unit}" if spec.unit else ""
-    return f"{spec.id} asks for a number{unit} (no size unit), such as 3; got {value!r}"
+    return f"{spec.id} asks for a number{unit} (digits, no size unit); got {value!r}"
+
+
+# The answer format a predict cell shows. It is a placeholder, never a value: an example such as
+# 'a', 3 or '2 GiB' would be the right answer of some question (or steer the guess), so nothing
+# shown before a reveal may parse as an answer (tests/quizkit/test_predict_cells.py checks it).
+_PLACEHOLDER = {"size": "<size>", "number": "<number>", "choice": "<letter>"}
+
+
+def answer_example(spec: Spec) -> str:
+    """The placeholder the predict cell shows in ``gml.predict.answer(id, ...)``."""
+    return _PLACEHOLDER[spec.kind]
+
+
+def answer_format(spec: Spec) -> str:
+    """What to put in place of the placeholder, in words and without a value."""
+    if spec.kind == "choice":
+        return "<letter> one of " + ", ".join(repr("abcdefgh"[i]) for i in range(len(spec.choices)))
+    if spec.kind == "size":
+        return "<size> a number with its unit (KiB, MiB, GiB) or a byte count"
+    unit = f" of {spec.unit}" if spec.unit else ""
+    return f"<number> the number{unit} you expect"
 
 
 class Predictions:
@@ -145,8 +166,8 @@ class Predictions:
         if entry and entry.get("value") is not None:
             lines.append(f"Your prediction: {show_value(spec, entry['value'])}.")
         else:
-            example = {"size": "'2 GiB'", "number": "3", "choice": "'a'"}[spec.kind]
-            lines.append(f"(Answer in code: gml.predict.answer({spec.id!r}, {example}); "
+            lines.append(f"(Answer in code: gml.predict.answer({spec.id!r}, "
+                         f"{answer_example(spec)!r}), {answer_format(spec)}; "
                          f"the reveal below runs either way.)")
         return "\n".join(lines)
 

@@ -26,14 +26,16 @@ class Misconception:
     wrong: object
     rule: str
 
-    def matches(self, predicted, actual) -> bool:
+    def matches(self, predicted, actual, alike=None) -> bool:
+        """Whether ``predicted`` is this wrong answer; ``alike(a, b)``, where given, also counts
+        a size typed as the lesson prints it ("20.4 GiB" for a request of 20.40 GiB)."""
         try:
             expected = self.wrong(actual) if callable(self.wrong) else self.wrong
         except (TypeError, ValueError, ArithmeticError):
             return False
         if isinstance(expected, str) or isinstance(predicted, str):
             return str(expected).lower() == str(predicted).lower()
-        return expected == predicted
+        return expected == predicted or bool(alike and alike(expected, predicted))
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,9 @@ def decimal_units_rule(predicted, actual) -> str:
 
 
 def _matched(spec: Spec, predicted, actual) -> str:
-    rule = next((m.rule for m in spec.misconceptions if m.matches(predicted, actual)), "")
+    alike = (lambda a, b: show_value(spec, a) == show_value(spec, b)) if spec.kind == "size" \
+        else None
+    rule = next((m.rule for m in spec.misconceptions if m.matches(predicted, actual, alike)), "")
     if not rule and spec.kind == "size" and predicted and actual:
         rule = decimal_units_rule(predicted, actual)
     return rule
@@ -153,7 +157,7 @@ def compare(spec: Spec, predicted, actual) -> Reveal:
         if ratio and ratio > 0 and max(ratio, 1 / ratio) >= 2:
             how += f", a factor of {max(ratio, 1 / ratio):.2f}"
         elif actual:
-            how += f", {100 * abs(gap) / abs(actual):.1f} %"
+            how += f", {100 * abs(gap) / abs(actual):.2f} %"
         how += ")." + because
     return Reveal(spec.id, actual, predicted, verdict,
                   f"{spec.id}: you predicted {guess}; the simulator gives {shown}: {how}",

@@ -19,7 +19,8 @@ class PredictView:
             value = entry.get("value") if entry.get("value") in spec.choices else None
             self.field = w.RadioButtons(options=list(spec.choices), value=value)
         else:
-            placeholder = "a size: 2 GiB, 2048 MiB, 512" if spec.kind == "size" else "a number"
+            placeholder = ("a size, with its unit (KiB, MiB, GiB) or in bytes"
+                           if spec.kind == "size" else "a number")
             self.field = w.Text(value=entry.get("text", ""), placeholder=placeholder,
                                 continuous_update=False)
         self.button = w.Button(description="Save prediction")

@@ -210,11 +210,14 @@ sim = gml.SimulatedGPU("8GiB", alloc_conf="")
 a = sim.empty(1)                 # small pool: a 2 MiB segment
 b = sim.empty(MiB + 1)           # large pool, below 10 MiB: a 20 MiB segment
 c = sim.empty(60 * MiB + 1)      # large pool, > 10 MiB: its own 62 MiB segment
+def shown(n):
+    """Bytes where two decimals of MiB would hide the 512-byte rounding."""
+    return gml.format_size(n) if n % KiB == 0 else f"{n:,} bytes"
+
 for seg in sim.memory_snapshot():
-    blocks = ", ".join(f"{gml.format_size(bl['size'])} {bl['state']}" for bl in seg["blocks"])
-    print(f"{seg['segment_type']:5} segment {gml.format_size(seg['total_size']):>11}: {blocks}")
-print(f"allocated {gml.format_size(sim.memory_allocated())}, "
-      f"reserved {gml.format_size(sim.memory_reserved())}")
+    blocks = ", ".join(f"{shown(bl['size'])} {bl['state']}" for bl in seg["blocks"])
+    print(f"{seg['segment_type']:5} segment {shown(seg['total_size']):>11}: {blocks}")
+print(f"allocated {shown(sim.memory_allocated())}, reserved {shown(sim.memory_reserved())}")
 gml.reveal("01.p2", sim.memory_reserved())
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -294,10 +297,13 @@ assert len(seg20["blocks"]) == 1 and seg20["blocks"][0]["state"] == "inactive"
 #
 # ## Reserved is not allocated
 #
-# The tensors are gone, but the memory is still reserved: the cache keeps it for the next step.
-# This is why `nvidia-smi` shows a PyTorch process using far more memory than its live tensors.
+# Most tensors are freed by now, a few are still live (the counts below): what the freed ones
+# used is still reserved, since the cache keeps it for the next step. This is why `nvidia-smi`
+# shows a PyTorch process using far more memory than its live tensors.
 
 # %%
+print(f"live tensors: {sim.memory_stats()['allocation.all.current']} of "
+      f"{sim.memory_stats()['allocation.all.allocated']} made")
 print(f"allocated {gml.format_size(sim.memory_allocated()):>12}  (live tensors)")
 print(f"reserved  {gml.format_size(sim.memory_reserved()):>12}  (held by the cache: what nvidia-smi sees)")
 print(f"peak reserved {gml.format_size(sim.max_memory_reserved())}, "
@@ -310,17 +316,32 @@ assert sim.memory_reserved() > sim.memory_allocated()
 # ## The trace tells the story
 #
 # The simulated card records a history like `torch.cuda.memory._record_memory_history()` does.
-# `gml.text_trace` reads it as pseudo-Python:
-#
-# * `seg_1 = cudaMalloc(20.00 MiB)`: a new segment, named in the order segments appear;
-# * `b = seg_1[0:1.00 MiB]`: tensor `b` is the block at offset 0 of `seg_1`, 1 MiB long
-#   (the rounded size); `f = seg_2[60.00 MiB:1.00 MiB]` starts 60 MiB into `seg_2`;
-# * `del b`: its free; the block goes back to the cache, not to the driver.
+# `gml.text_trace` reads it as pseudo-Python: `seg_N = cudaMalloc(size)` is a new segment (named
+# in the order segments appear), `x = seg_N[offset:size]` a tensor `x` placed `offset` into that
+# segment, `del x` its free (the block goes back to the cache, not to the driver). The second
+# cell reads a few of the printed lines back.
 
 # %%
-print(gml.text_trace(sim, limit=20))
+trace = gml.text_trace(sim, limit=20)
+print(trace)
 actions = [e["action"] for e in sim.snapshot()["device_traces"][0] if e["action"] != "snapshot"]
 print({a: actions.count(a) for a in sorted(set(actions))})
+
+# %%
+import re
+lines = trace.splitlines()
+placed = [m for m in map(re.compile(r"(\w+) = (seg_\d+)\[(.+?):(.+)\]").fullmatch, lines) if m]
+new_seg = next(l for l in lines if "cudaMalloc" in l)
+at_start = next(m for m in placed if m[3] == "0")
+inside = next(m for m in placed if m[3] != "0")
+freed = next((l for l in lines if l.startswith("del ")), None)
+print(f"{new_seg!r}: a new segment from the driver")
+asked = next(e["size"] for e in sim.snapshot()["device_traces"][0] if e["action"] == "alloc")
+print(f"{at_start[0]!r}: tensor {at_start[1]} at offset 0 of {at_start[2]}, {at_start[4]} long: "
+      f"the size asked for ({asked:,} bytes), not its block's ({round_size(asked):,} bytes)")
+print(f"{inside[0]!r}: tensor {inside[1]} starts {inside[3]} into {inside[2]}")
+if freed:
+    print(f"{freed!r}: its free; the block stays cached")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert actions.count("segment_alloc") == sim.memory_stats()["num_device_alloc"]
@@ -329,6 +350,13 @@ assert actions.count("segment_alloc") == sim.memory_stats()["num_device_alloc"]
 live = sim.memory_stats()["allocation.all.current"]
 fig = gml.show(sim, title=f"after the frees: {live} tensors live, the rest cached")
 fig
+
+# %%
+frag = gml.fragmentation(sim)
+print(f"the footer's external fragmentation: 1 - largest free block / free cached = 1 - "
+      f"{gml.format_size(frag['largest_free_block_bytes'])} / {gml.format_size(frag['free_bytes'])} = "
+      f"{100 * frag['external_fragmentation']:.1f}%: the share of the cached free memory outside its "
+      "largest block, which is the most one request can get without a new segment (lesson 02)")
 
 # %% [markdown]
 # The 1-byte tensor `a` is the thin blue mark at the start of the 2 MiB small segment: drawn to

@@ -42,9 +42,8 @@ assert settings["max_split_size"] == 512 * MiB
 # %% [markdown]
 # ## 1. `max_split_size_mb`: don't carve up big cached blocks
 #
-# By default any cached block may be split for a smaller request (`should_split`). A big block
-# freed after a big tensor then gets nibbled by small tensors, and the next big tensor finds no
-# whole block left. With `max_split_size_mb:N`, blocks of N MiB or more are **oversize**:
+# By default any cached block, however big, may be split for a smaller request
+# (`should_split`). With `max_split_size_mb:N`, blocks of N MiB or more are **oversize**:
 #
 # * `should_split` never splits them (for requests below N, `size < max_split_size` is false);
 # * `get_free_block` refuses to hand an oversize block to a request below N
@@ -113,10 +112,25 @@ assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises O
 # memory for small tensors. `memory_stats()` counts the oversize blocks
 # (`oversize_allocations`, `oversize_segments`) so you can see the setting at work.
 #
-# Valid values: PyTorch 2.6 and older require more than 20; the newest accepts 20 or more.
+# Valid values: N is at least the large-pool segment of 20 MiB (`kLargeBuffer`, in MiB).
+# Older c10 (`CUDAAllocatorConfig::parseMaxSplitSize`) checked `val > kLargeBuffer / MiB`, so 20
+# itself was refused there; the newest (`AcceleratorAllocatorConfig::parseMaxSplitSize` in
+# `c10/core/AllocatorConfig.cpp`) checks `>=`, and the model follows it:
+
+# %%
+from gpumemlab.allocator import AllocatorConfig, AllocatorConfigError
+from gpumemlab.allocator.constants import K_LARGE_BUFFER
+
+least = K_LARGE_BUFFER // MiB
+for n in (least - 1, least):
+    try:
+        AllocatorConfig.parse(f"max_split_size_mb:{n}")
+        print(f"max_split_size_mb:{n}: accepted")
+    except AllocatorConfigError as exc:
+        print(f"max_split_size_mb:{n}: {exc}")
 
 # %% [markdown]
-# ## 2. `garbage_collection_threshold`: release old cache before hitting the limit
+# ## 2. `garbage_collection_threshold` under a memory fraction
 #
 # When a process caps its memory with `torch.cuda.set_per_process_memory_fraction(f)`, reserved
 # memory may not exceed `f × total`. When it would, `alloc_block` fails and the allocator falls
@@ -133,8 +147,9 @@ assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises O
 # In this model, as in the newest PyTorch, it only acts under a memory fraction below 1.0.
 #
 # The workload: a loop whose tensors grow every step (think of a growing sequence length), on
-# an 8 GiB card limited to half. Without GC every release comes from the emergency path and
-# counts as a retry in `num_alloc_retries`.
+# an 8 GiB card limited to half. `num_alloc_retries` counts the times a request took the OOM
+# path (a failed `alloc_block`, `release_cached_blocks`, a retry); the run counts them with the
+# defaults and with the setting.
 
 # %% tags=["predict"]
 gml.predict("05.p2", "With garbage_collection_threshold:0.6, how many OOM-path retries (num_alloc_retries)?",
@@ -174,6 +189,17 @@ from gpumemlab.viz.memory_timeline import release_moments
 moments = {d["label"]: release_moments(d) for d in fig.gml_timeline}
 for label, (rules, freed) in moments.items():
     print(f"{label:34}: {len(freed)} segments freed in {len(rules)} release moments (grey rules)")
+# the cap set_per_process_memory_fraction(0.5) puts on reserved memory, in each panel
+from gpumemlab.viz.memory_timeline import data_top
+from gpumemlab.viz.palette import unit_for
+limit = int(gc_cards[""].get_per_process_memory_fraction() * gc_cards[""].total_memory)
+unit, _ = unit_for(data_top(fig.gml_timeline))
+for panel in fig.axes:
+    panel.axhline(limit / unit, color="black", ls="--", lw=0.9, gid="fraction_limit",
+                  label=f"limit: memory fraction {gc_cards[''].get_per_process_memory_fraction()} "
+                        f"x {gml.format_size(gc_cards[''].total_memory)} = {gml.format_size(limit)}")
+    panel.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+print(f"dashed line: the limit, {gml.format_size(limit)}")
 fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -181,6 +207,7 @@ _freed = [len(f) for _, f in moments.values()]
 assert _freed == [runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
 assert all(len(r) <= len(f) for r, f in moments.values())
 assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
+assert limit == 4 * GiB and all(any(l.get_gid() == "fraction_limit" for l in a.lines) for a in fig.axes)
 
 # %% [markdown]
 # Both runs free the same number of segments (the `cudaFree` count above). A grey rule is not a
@@ -204,8 +231,7 @@ assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x
 # `roundup_power2_divisions:[256:1,512:2,>:8]` (MiB bounds).
 
 # %%
-from gpumemlab.allocator import AllocatorConfig
-from gpumemlab.allocator.rounding import round_size
+from gpumemlab.allocator.rounding import round_size, roundup_power2_next_division
 
 confs = ["", "roundup_power2_divisions:2", "roundup_power2_divisions:4", "roundup_power2_divisions:8"]
 sizes = [1200, 700 * KiB, 5 * MiB + 1, 300 * MiB + 7, 1100 * MiB]
@@ -219,8 +245,15 @@ assert round_size(MiB + 1, cfg4) == 1310720 and round_size(1200, cfg4) == 1536
 
 # %% [markdown]
 # Note the first row: `round_size` applies the power-of-2 steps only to sizes above 512·D bytes,
-# so 1200 bytes keeps plain 512-byte rounding (1536, not the 1280 that 4 divisions would give).
-#
+# so 1200 bytes keeps plain 512-byte rounding:
+
+# %%
+print(f"1200 bytes, 4 divisions: round_size gives "
+      f"{round_size(1200, AllocatorConfig.parse('roundup_power2_divisions:4')):,}; the power-of-2 step "
+      f"alone would give {roundup_power2_next_division(1200, 4):,} "
+      f"(1200 is not above 512 x 4 = {512 * 4:,})")
+
+# %% [markdown]
 # Now a workload with variable sizes: 300 tensors whose size follows a random sequence length
 # (seeded), with about six alive at any time.
 
@@ -279,27 +312,32 @@ assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x
 # pick, and redraw the block map at the moment of peak allocated memory and the memory timeline.
 # On the 8 GiB card each setting reserves a different peak. What happens on a card smaller
 # than that peak: does the run fail, or does the cache give memory back (the retry path) and
-# carry on? Which setting needs the smallest card? Try the cards in the controls, then read the
+# carry on? Which setting runs on the smallest card? Try the cards in the controls, then read the
 # table under them, which runs every pair. (Headless, the controls show the first choice.)
 
 # %%
 settings_05 = ["", "roundup_power2_divisions:4", "max_split_size_mb:64",
                "expandable_segments:True", "garbage_collection_threshold:0.6"]
-cards_05 = ["8GiB", "1GiB", "880MiB"]
+cards_05 = ["8GiB", "1GiB", "880MiB", "820MiB", "780MiB"]
 controls = gml.whatif(variable_lengths, conf=settings_05, total_memory=cards_05,
                       title="variable sequence lengths")
 controls
 
 # %%
 grid = {(conf, size): variable_lengths(conf, size).memory_stats() for conf in settings_05 for size in cards_05}
-print(f"{'setting':34}" + "".join(f"  {size:>32}" for size in cards_05))
+print("each cell: peak reserved, OOM-path retries (r), ran or OOM")
+print(f"{'setting':33}" + "".join(f"{size:>22}" for size in cards_05))
 for conf in settings_05:
     cells = []
     for size in cards_05:
         s = grid[conf, size]
-        cells.append(f"{gml.format_size(s['reserved_bytes.all.peak'])} peak, "
-                     f"{s['num_alloc_retries']} retries, {'OOM' if s['num_ooms'] else 'ran'}")
-    print(f"{conf or 'defaults':34}" + "".join(f"  {c:>32}" for c in cells))
+        cells.append(f"{gml.format_size(s['reserved_bytes.all.peak'])} {s['num_alloc_retries']:2}r "
+                     f"{'OOM' if s['num_ooms'] else 'ran'}")
+    print(f"{conf or 'defaults':33}" + "".join(f"{c:>22}" for c in cells))
+smallest = {conf: min((gml.parse_size(size) for size in cards_05 if not grid[conf, size]["num_ooms"]),
+                      default=None) for conf in settings_05}
+for conf, size in smallest.items():
+    print(f"{conf or 'defaults':33}: runs on cards down to {gml.format_size(size)} (of those above)")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert all(grid[c, "8GiB"]["num_ooms"] == 0 and grid[c, "8GiB"]["num_alloc_retries"] == 0 for c in settings_05)
@@ -307,14 +345,18 @@ assert all(grid[c, "1GiB"]["num_ooms"] == 0 and grid[c, "1GiB"]["num_alloc_retri
            for c in settings_05 if c != "expandable_segments:True")
 assert grid["roundup_power2_divisions:4", "880MiB"]["num_ooms"] and not grid["", "880MiB"]["num_ooms"]
 assert grid["expandable_segments:True", "1GiB"]["num_alloc_retries"] == 0
+assert [c for c in settings_05 if not grid[c, "780MiB"]["num_ooms"]] == ["max_split_size_mb:64"]
 
 # %% [markdown]
 # Below its 8 GiB peak a setting does not fail at once: when a `cudaMalloc` fails the allocator
 # frees its cached segments and retries (the retries column), so the workload runs on a card
-# not much larger than its live tensors. The smallest card tells the settings apart: the coarser
+# not much larger than its live tensors. The small cards tell the settings apart: the coarser
 # rounding that lowered the peak on 8 GiB wastes enough inside each block to run out of memory
 # on 880 MiB, where the defaults still run; expandable segments, the smallest peak on 8 GiB, need
-# no retry at all on 1 GiB.
+# no retry at all on 1 GiB; and the setting that reserved the most on 8 GiB,
+# `max_split_size_mb:64`, is the only one that still runs on the smallest card, taking the
+# retry path more often than any other there (the lines under the table name each setting's
+# smallest card).
 
 # %% [markdown]
 # ## Choosing

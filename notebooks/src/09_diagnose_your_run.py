@@ -96,11 +96,7 @@ for where, nbytes in by_site.most_common(6):
 # PyTorch's own OOM message suggests: if memory that is *reserved but unallocated* plus what the
 # driver still had would have held the request, but no single free block could, the cause is
 # fragmentation; otherwise it is exhaustion: the run simply needed more memory than the card has.
-# What does the evidence say?
-
-# %% tags=["predict"]
-gml.predict("09.p1", "What will the diagnosis say caused this OOM?",
-            choices=["FRAGMENTATION", "EXHAUSTION"])
+# First the figures at the failure, without the verdict:
 
 # %%
 from gpumemlab.viz import History
@@ -114,7 +110,8 @@ def state_at_oom(snapshot):
     history.goto(ks[-1])
     return history.snapshot(), history.events[ks[-1]]
 
-def diagnose(snapshot, total_memory=None):
+def evidence(snapshot, total_memory=None):
+    # the figures at the last OOM, printed; None when the trace holds no OOM
     state, oom = state_at_oom(snapshot)
     m = gml.fragmentation(state, total_memory=total_memory)
     print(f"{'at the OOM' if oom else 'final state'}: reserved {m.formatted('reserved_bytes')}, allocated {m.formatted('allocated_bytes')}, "
@@ -124,15 +121,35 @@ def diagnose(snapshot, total_memory=None):
         print("no OOM in the recorded trace")
         return None
     request, driver_free = oom["size"], oom["device_free"]
-    free_total = m["free_bytes"] + driver_free
-    fragmented = free_total >= request > max(m["largest_free_block_bytes"], driver_free)
     print(f"OOM: request {gml.format_size(request)}, driver free {gml.format_size(driver_free)}, "
-          f"cached free {m.formatted('free_bytes')} -> {gml.format_size(free_total)} free in total")
+          f"cached free {m.formatted('free_bytes')} -> {gml.format_size(m['free_bytes'] + driver_free)} free in total")
+    return {"request": request, "driver_free": driver_free, "metrics": m}
+
+seen = evidence(snap)
+
+# %% [markdown]
+# Apply the test to these figures: would the free memory in total hold the request, and would
+# any single piece of it?
+
+# %% tags=["predict"]
+gml.predict("09.p1", "What will the diagnosis say caused this OOM?",
+            choices=["FRAGMENTATION", "EXHAUSTION"])
+
+
+# %%
+def verdict(ev):
+    m = ev["metrics"]
+    free_total = m["free_bytes"] + ev["driver_free"]
+    fragmented = free_total >= ev["request"] > max(m["largest_free_block_bytes"], ev["driver_free"])
     print("verdict:", "FRAGMENTATION: enough free memory in total, no piece large enough"
           if fragmented else "EXHAUSTION: the live tensors alone do not leave room")
-    return {"request": request, "fragmented": fragmented, "metrics": m}
+    return {**ev, "fragmented": fragmented}
 
-found = diagnose(snap)
+def diagnose(snapshot, total_memory=None):
+    ev = evidence(snapshot, total_memory)
+    return None if ev is None else verdict(ev)
+
+found = None if seen is None else verdict(seen)
 gml.reveal("09.p1", "FRAGMENTATION" if found and found["fragmented"] else "EXHAUSTION")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -189,15 +206,19 @@ assert faithful.reproduced and faithful.oom is not None
 # %% [markdown]
 # Now the same allocations and frees under other settings, on the same card. (Each what-if starts
 # from the tensors that were live when recording began; the cache is rebuilt by the new rules.)
-# Six settings are tried, the defaults among them.
-
-# %% tags=["predict"]
-gml.predict("09.p2", "Of the six settings below (defaults included), how many avoid the OOM on the same card?",
-            kind="number", unit="settings")
+# These settings are tried, the defaults among them:
 
 # %%
 fixes = ["", "expandable_segments:True", "max_split_size_mb:128", "max_split_size_mb:32",
          "garbage_collection_threshold:0.8", "roundup_power2_divisions:4"]
+for i, conf in enumerate(fixes, 1):
+    print(f"{i}. {conf or '(defaults)'}")
+
+# %% tags=["predict"]
+gml.predict("09.p2", "Of the six settings above (defaults included), how many avoid the OOM on the same card?",
+            kind="number", unit="settings")
+
+# %%
 whatif = {}
 print(f"{'PYTORCH_CUDA_ALLOC_CONF':36}{'outcome':>10}{'peak reserved':>16}{'peak allocated':>16}")
 for conf in fixes:
@@ -211,15 +232,16 @@ assert whatif[""].oom is not None
 assert whatif["expandable_segments:True"].oom is None
 
 # %% [markdown]
-# `garbage_collection_threshold` changes nothing here: it only acts under a per-process memory
-# fraction (notebook 05), which the recording did not use, so its row is the defaults' row.
+# `garbage_collection_threshold` alone changes nothing here: it only acts under a per-process
+# memory fraction (notebook 05), which the recording did not use, so its row is the defaults'
+# row (with a fraction set too it is another run, replayed below).
 # `max_split_size_mb:128` changes nothing either: no segment of this run is that big, so no block
 # counts as oversize. The three that work attack the cause the diagnosis named, each its own way:
 # `expandable_segments` maps the memory as pages of one growing segment, so free pages anywhere
 # serve the next request; `max_split_size_mb:32` keeps cached blocks of 32 MiB and more whole
 # for big requests (and releases them whole when memory runs short); `roundup_power2_divisions:4`
 # rounds the many sequence-length-dependent sizes to fewer, so freed blocks fit later requests,
-# at the price of rounding waste (its higher peak allocated). And a bigger card?
+# at the price of rounding waste (its higher peak allocated).
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 same = lambda a, b: (a.peak_reserved, a.oom and a.oom["index"]) == (b.peak_reserved, b.oom and b.oom["index"])
@@ -228,6 +250,22 @@ assert same(whatif["max_split_size_mb:128"], whatif[""])
 assert max(seg["total_size"] for seg in snap["segments"]) < 128 * gml.MiB
 assert whatif["max_split_size_mb:32"].oom is None and whatif["roundup_power2_divisions:4"].oom is None
 assert whatif["roundup_power2_divisions:4"].peak_allocated > whatif[""].peak_allocated
+
+# %%
+from gpumemlab.doctor.search import FRACTION   # the fraction the doctor (section 6) adds for GC
+with_fraction = {}
+for conf in (f"per_process_memory_fraction:{FRACTION}",
+             f"garbage_collection_threshold:0.8,per_process_memory_fraction:{FRACTION}"):
+    r = with_fraction[conf] = gml.replay(path, alloc_conf=conf, total_memory=faithful.total_memory)
+    print(f"{conf:62}: {'OOM' if r.oom else 'ok'}, peak reserved {gml.format_size(r.peak_reserved)}")
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+assert [r.oom is None for r in with_fraction.values()] == [False, True]
+
+# %% [markdown]
+# The fraction alone gives up a share of the card and still runs out; with it, garbage collection
+# acts and the run fits (the doctor's garbage collection rows in section 6 are these runs).
+# And a bigger card?
 
 # %%
 bigger = gml.replay(path, alloc_conf="", total_memory=faithful.total_memory * 2)
@@ -319,12 +357,22 @@ rec.held.clear()
 # as one piece), names the live blocks that pin the gaps and the code that allocated them, then
 # **replays the run under each candidate setting** (expandable segments, a range of
 # `max_split_size_mb`, garbage collection with a memory fraction, `roundup_power2_divisions`,
-# combinations) and searches the smallest card. Its recommendation is the smallest change whose
-# replay fits. From a terminal: `gpumemlab doctor FILE [--html report.html]` (docs/DOCTOR.md).
+# combinations) and searches the smallest card. It lists the fixes that fit first, those that set
+# the fewest settings first among them (a memory fraction added for garbage collection is not
+# counted as a setting), ties broken by the lower peak reserved; its recommendation, "the
+# smallest change", is the first of that list. From a terminal:
+# `gpumemlab doctor FILE [--html report.html]` (docs/DOCTOR.md).
 
 # %%
 d = gml.doctor(path)
 print(d)
+
+# %%
+# what each fix sets: the garbage collection rows carry the memory fraction that switches it on
+for f in d.fixes:
+    if f.alloc_conf:
+        print(f"{f.name:44} sets {f.alloc_conf:62} {'fits' if f.fits else 'runs out'}, "
+              f"peak reserved {gml.format_size(f.peak_reserved_bytes or 0)}")
 
 # %% [markdown]
 # Check the doctor against your own reading, and its recommendation against an independent

@@ -13,10 +13,12 @@
 # (sgl-project/sglang#36562). This lesson runs the kit's model of that allocator (torch 2.13's
 # rules, `docs/ALLOCATOR.md`, "Pinned host memory") on the simulated card:
 #
-# 1. what one big pinned request really pins;
-# 2. a non-blocking copy and the host block it holds;
-# 3. the rounding setting, and the rule it follows;
-# 4. offloading activations to the host against checkpointing, on a card that is too small.
+# 1. How much does one big pinned request really pin?
+# 2. When a pinned buffer is freed while a non-blocking copy from it is still queued, where does
+#    the next pinned buffer go?
+# 3. Which requests does the rounding setting leave unrounded?
+# 4. Offloading activations to the host, or checkpointing them: what does each cost on a card
+#    that is too small?
 
 # %%
 # Which device does this notebook run on?
@@ -52,7 +54,7 @@ pinned = sim.host_pinned_bytes()
 stats = sim.host_memory_stats()
 print(f"pinned: {pinned:,} bytes ({fmt(pinned)}); cudaHostAlloc calls: {stats['num_host_alloc']}")
 print(f"unused by the request: {fmt(pinned - lesson.REQUEST_15)} "
-      f"({100 * (pinned - lesson.REQUEST_15) / pinned:.1f}% of the block)")
+      f"({100 * (pinned - lesson.REQUEST_15) / pinned:.2f}% of the block)")
 print(f"on a node of 4 GPUs, one such buffer each: {fmt(4 * (pinned - lesson.REQUEST_15))} "
       "pinned and never used")
 gml.reveal("15.p1", pinned)
@@ -65,10 +67,23 @@ assert pinned == 32 * GiB and stats["num_host_alloc"] == 1
 # The block is the request rounded **up to the next power of two** (`roundSize` in c10's
 # `CachingHostAllocator.h`, `c10::llvm::PowerOf2Ceil`). The reason is reuse: freed blocks are
 # kept in one free list per power of two, and a rounded block can serve any later request of its
-# bucket. For small staging buffers that is cheap; for one buffer of tens of GiB, up to half of
-# the block is never used and no other process can have it.
+# bucket. For small staging buffers that is cheap; for one buffer of tens of GiB it is not, and
+# no other process can have what the rounding adds. The worst case is a request just above a
+# power of two:
+
+# %%
+for over in (16 * GiB + 1, 16 * GiB + 512 * MiB):
+    block = gml.SimulatedGPU("80GiB", alloc_conf="").pin(over).size
+    print(f"request {over:,} bytes ({fmt(over)}): pins {block:,} bytes ({fmt(block)}), "
+          f"{block / over:.12f} times the request, twice the request less "
+          f"{2 * over - block:,} bytes; never used: {block - over:,} bytes "
+          f"({100 * (block - over) / block:.10f}% of the block)")
+
+# %% [markdown]
+# One byte above 16 GiB pins twice the request less two bytes: the unused part of a block is
+# always under half of it, and the block always under twice the request.
 #
-# ## 2 · A non-blocking copy holds its host block
+# ## 2 · A pinned buffer freed before its copy has run
 #
 # A 6 MiB pinned staging buffer is copied to the card with `non_blocking=True`; the CPU runs on
 # while the copy is queued on the stream. Then the staging buffer is freed, and the next batch
@@ -224,9 +239,12 @@ for name, c in (("default", ""), (conf, conf)):
     waste = pinned_total - sum(sizes)
     print(f"{name:>32}: pinned {fmt(pinned_total)} for {fmt(sum(sizes))} requested, "
           f"rounding waste {fmt(waste)} ({100 * waste / pinned_total:.1f}%)")
-worst = max(pinned_for(n, conf) - n for n in sizes)
+worst, worst_at = max((pinned_for(n, conf) - n, n) for n in sizes)
 print(f"with the threshold, the largest waste of one request: {fmt(worst)} "
-      f"(below {lesson.THRESHOLD_15} MiB, half a bucket at most)")
+      f"(a request of {fmt(worst_at)} pinned as {fmt(pinned_for(worst_at, conf))})")
+print(f"only requests of at most {lesson.THRESHOLD_15} MiB are rounded, and a rounded request "
+      f"wastes less than half its block, so with the threshold no request wastes "
+      f"{fmt(lesson.THRESHOLD_15 * MiB // 2)} or more")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert sum(pinned_for(n, conf) for n in sizes) < sum(pinned_for(n, "") for n in sizes)
@@ -257,7 +275,8 @@ assert pin_and_free(growing, "pinned_max_cached_size_mb:64") == (len(growing), 0
 
 # %% [markdown]
 # The doctor reads a failed pin as a host failure, with the rounding and a threshold below the
-# request (the 48 MiB pin of section 2's end):
+# request (the 48 MiB pin of section 2's end, under the default settings: no threshold, so that
+# pin was rounded):
 
 # %%
 diagnosis = gml.doctor(failed)
@@ -280,7 +299,10 @@ assert pinned_for(48 * MiB, threshold_fix.alloc_conf) == 48 * MiB
 # much host memory is pinned?
 
 # %%
-print(lesson.STEP_15, "card", lesson.CARD_15)
+step = lesson.STEP_15
+print(f"weights {fmt(step['weights'])}, {step['layers']} layers, activation "
+      f"{fmt(step['act_bytes'])} a layer, input {fmt(step['input_bytes'])} a layer; card "
+      f"{fmt(gml.parse_size(lesson.CARD_15))}")
 
 # %% tags=["predict"]
 gml.predict("15.p4", "Offloaded step: pinned host memory at its peak?")
@@ -297,6 +319,12 @@ off = runs["offload"]
 print("offload's copies at nominal bandwidth: " + ", ".join(
     f"{ms:.1f} ms a step over {name}" for name, ms in off["copy_ms"].items()))
 gml.reveal("15.p4", off["host_peak_bytes"])
+keep = runs["keep"]
+print(f"keep fails: {keep['oom'].split(' Of the allocated')[0]}")
+print(f"kept on the card, the weights and all {step['layers']} activations need "
+      f"{fmt(step['weights'] + step['layers'] * step['act_bytes'])}, more than the card's "
+      f"{fmt(gml.parse_size(lesson.CARD_15))}; the peak it reached first: "
+      f"{fmt(keep['device_peak_reserved_bytes'])}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert runs["keep"]["oom"] and not runs["checkpoint"]["oom"] and not off["oom"]
@@ -343,12 +371,17 @@ gml.exercise.check("15.ex", my_threshold)
 
 # %%
 print(gml.experiment("offload_activations", gpu))
+from gpumemlab.devices.scenarios import device_chunk
+print(f"each activation of the scenario: {fmt(device_chunk(gpu, 16))} (the card's "
+      f"{fmt(gpu.total_memory)} / 16, rounded down to 2 MiB), so the peak is one activation; a "
+      "step is one allocation or one free (four activations made and freed in forward, four "
+      "brought back and freed in backward) or the final synchronize()")
 
 # %% [markdown]
 # ## What to take away
 #
 # * The caching host allocator rounds every pinned request up to a power of two by default: one
-#   big buffer can pin nearly twice its size.
+#   big buffer can pin nearly twice its size (16 GiB and one byte pins 32 GiB).
 # * `pinned_max_round_threshold_mb` (PyTorch 2.13+) pins requests above it at their exact size;
 #   requests at or below it are still rounded.
 # * A pinned block used by a non-blocking copy is not reused until the copy's event completes;

@@ -209,3 +209,15 @@ def test_host_oom_names_rounding_waste_and_settings():
     assert fixed.allocate(REQUEST_20_4_GIB).size == REQUEST_20_4_GIB
     assert explain_host_oom(REQUEST_20_4_GIB, config("pinned_max_round_threshold_mb:64"))[
         "rounding_waste"] == 0
+
+
+def test_the_rounding_line_names_the_rule_that_applied():
+    """With no threshold every pinned request is rounded; with one set, only a request at most
+    the threshold is, so the line says so instead of 'every'."""
+    MiB = 1 << 20
+    default = " ".join(explain_host_oom(48 * MiB)["lines"])
+    assert "rounds every pinned request" in default and "16.00 MiB of that (25.0%)" in default
+    capped = " ".join(explain_host_oom(40 * MiB, config("pinned_max_round_threshold_mb:64"))["lines"])
+    assert "every" not in capped
+    assert "Under pinned_max_round_threshold_mb:64 it rounds a request of at most 64.00 MiB" in capped
+    assert "24.00 MiB of that (37.5%)" in capped

@@ -76,3 +76,23 @@ def test_hint_ladder_and_raising_answers(ex, capsys):
     with pytest.raises(AssertionError, match="second 6 GiB tensor fails"):
         ex.assert_passes("05.ex", "max_split_size_mb:8000")
     ex.assert_passes("05.ex", RIGHT["05.ex"]())
+
+
+def test_15_feedback_names_the_mistake_and_the_hints_name_no_answer():
+    """15.ex: a threshold at or above the activation hears that the activation is rounded (and
+    to what, against the host); one below the answer hears that a larger one fits; no hint
+    states the answer's number."""
+    import re
+
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15
+    from gpumemlab.quizkit.exercise_base import REGISTRY
+
+    ex = REGISTRY["15.ex"]
+    right = RIGHT["15.ex"]()       # found by the simulator (tests/lesson_answers.py)
+    assert right == EX_STEP_15["act_bytes"] // (1 << 20)      # the largest whole MiB below it
+    over = judge("15.ex", right + 1)
+    assert not over.passed and "is at most" in over.message and "rounded up to" in over.message
+    under = judge("15.ex", right - 10)
+    assert not under.passed and "is not the largest" in under.message
+    for hint in ex.hints:
+        assert str(right) not in re.findall(r"\d+", hint), hint

@@ -182,6 +182,22 @@ def test_running_a_lesson_records_nothing_for_the_learner(key, tmp_path_factory)
     assert revealed, f"lesson {key} revealed nothing"
 
 
+def example_is_the_answer(pid, shown, value) -> bool:
+    """Whether the ``gml.predict.answer(pid, X)`` the predict cell prints shows the answer as X."""
+    import ast
+
+    import gpumemlab.lessons  # noqa: F401  (registers the lessons' questions)
+    from gpumemlab.quizkit.predict import PredictionError, parse_prediction
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    found = re.search(rf"gml\.predict\.answer\('{re.escape(pid)}', (.+?)\)", shown)
+    assert found, f"{pid}: the predict cell shows how to answer in code"
+    try:
+        return parse_prediction(QUESTIONS[pid], ast.literal_eval(found[1])) == value
+    except (PredictionError, ValueError, SyntaxError):
+        return False
+
+
 @pytest.mark.parametrize("key", LESSONS)
 def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request):
     if key in STILL_STATED:
@@ -192,6 +208,8 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
     spoilers = []
     for pid, at in asked.items():
         kind, unit, choices, value = revealed[pid]
+        if example_is_the_answer(pid, outputs_text(cells[at]), value):
+            spoilers.append(f"{pid}: the predict cell's answer-in-code example is the answer")
         if kind == "choice":
             if names_choice(just_before(cells, at), value, choices):
                 spoilers.append(f"{pid}: the text just before names {value!r}")

@@ -40,8 +40,8 @@ def test_bad_predictions_get_one_line_and_keep_the_old_one(predict, capsys):
     predict("02.p1", "segments?", kind="number", unit="segments")
     capsys.readouterr()
     predict.answer("02.p1", "three")
-    assert capsys.readouterr().out == ("? 02.p1 asks for a number of segments (no size unit), "
-                                      "such as 3; got 'three'\n")
+    assert capsys.readouterr().out == ("? 02.p1 asks for a number of segments (digits, no size "
+                                      "unit); got 'three'\n")
     predict("05.p1", "which?", choices=["defaults", "max_split_size_mb:512"])
     capsys.readouterr()
     predict.answer("05.p1", "c")
@@ -55,7 +55,7 @@ def test_reveal_says_right_or_wrong_and_by_how_much(predict):
     assert predict.judge("01.p1", 2 * MiB).verdict == "exact"
     predict.record("01.p1", "2.1 MiB")          # 5 % over an exact quantity: wrong, not "close"
     r = predict.judge("01.p1", 2 * MiB)
-    assert r.verdict == "off" and "off by 102.40 KiB (too high, 5.0 %)" in r.text
+    assert r.verdict == "off" and "off by 102.40 KiB (too high, 5.00 %)" in r.text
     predict.record("01.p1", "20 MiB")
     r = predict.judge("01.p1", 2 * MiB)
     assert r.verdict == "off" and "a factor of 10.00" in r.text
@@ -95,7 +95,7 @@ def test_the_lessons_questions_keep_their_unit_after_a_kernel_restart(tmp_path, 
     again.answer("02.p2", "7")
     again.answer("77.p1", "3")
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ("? 01.p1 asks for a number of cudaMalloc calls (no size unit), such as 3; "
+    assert out[0] == ("? 01.p1 asks for a number of cudaMalloc calls (digits, no size unit); "
                       "got '124 MiB'")
     assert out[1].startswith("Saved: you predict 12 cudaMalloc calls")
     assert out[2].startswith("? expected one of a) yes, from the cache")
@@ -119,7 +119,7 @@ def test_headless_prints_the_question_and_moves_on(predict, capsys):
     assert predict("01.p2", "How many cudaMalloc calls?", kind="number") is None
     out = capsys.readouterr().out
     assert out.startswith("Predict 01.p2: How many cudaMalloc calls?")
-    assert "gml.predict.answer('01.p2', 3)" in out
+    assert "gml.predict.answer('01.p2', '<number>')" in out
 
 
 def test_widget_view_records_through_the_same_model(predict, monkeypatch):
@@ -156,3 +156,43 @@ def test_every_lesson_question_is_registered_as_the_lesson_asks_it():
     assert len(asked) >= 20
     registered = {pid: (q.kind, q.unit, q.choices) for pid, q in QUESTIONS.items()}
     assert registered == asked
+
+
+def test_the_answer_format_shown_is_never_a_possible_answer(tmp_path):
+    """The predict cell shows how to answer in code with a placeholder, not an example value: an
+    example such as 'a', 3 or '2 GiB' was the right answer of some questions (05.p1, 09.p2).
+    For every question of every lesson, the placeholder shown does not parse as an answer, and
+    the format line names no choice and no number."""
+    import re
+
+    import gpumemlab.lessons  # noqa: F401  (registers the lessons' questions)
+    from gpumemlab.quizkit.predict import (PredictionError, Predictions, answer_example,
+                                           answer_format, parse_prediction)
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    assert len(QUESTIONS) >= 20
+    shown = Predictions(progress_path=tmp_path / "progress.json")
+    for pid, spec in QUESTIONS.items():
+        example = answer_example(spec)
+        with pytest.raises(PredictionError):
+            parse_prediction(spec, example)
+        fmt_line = answer_format(spec)
+        assert not re.search(r"\d", example + fmt_line), (pid, fmt_line)
+        assert not any(str(c).lower() in fmt_line.lower() for c in spec.choices), (pid, fmt_line)
+        assert f"gml.predict.answer({pid!r}, {example!r})" in shown.text(pid)
+
+
+def test_a_misconception_typed_as_printed_names_its_rule():
+    """15.p1's likeliest wrong answer is the request itself, typed as the lesson prints it
+    ("20.4 GiB", a byte off the request's exact count): the reveal names the rounding."""
+    import gpumemlab.lessons  # noqa: F401
+    from gpumemlab.lessons.memory_beyond_the_gpu import REQUEST_15
+    from gpumemlab.quizkit.predict import parse_prediction
+    from gpumemlab.quizkit.predict_rules import QUESTIONS
+
+    spec = QUESTIONS["15.p1"]
+    typed = parse_prediction(spec, "20.4 GiB")
+    assert typed != REQUEST_15
+    r = compare(spec, typed, 32 * GiB)
+    assert r.verdict == "off" and "power of two" in r.rule and "36.25 %" in r.text
+    assert not compare(spec, 20 * GiB, 32 * GiB).rule

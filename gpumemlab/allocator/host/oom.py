@@ -55,8 +55,17 @@ def explain_host_oom(requested: int, config=None, *, pinned_bytes=None, host_mem
     lines = [f"PyTorch's pinned host allocator asked CUDA for {format_size(block)} to serve "
              f"{format_size(requested)}."]
     if waste:
-        lines.append(f"It rounds every pinned request up to a power of two: "
-                     f"{format_size(waste)} of that ({100 * waste / block:.1f}%) is rounding.")
+        # roundSize rounds a request only when it is at most both caps; name the rule that
+        # applied, since with a threshold set not every request is rounded
+        caps = [f"{name}:{value // K_MB}" for name, value in
+                (("pinned_max_round_threshold_mb", threshold),
+                 ("pinned_max_cached_size_mb", cached_cap)) if value != SIZE_MAX]
+        rule = ("It rounds every pinned request up to a power of two (no "
+                "pinned_max_round_threshold_mb set)" if not caps else
+                f"Under {' and '.join(caps)} it rounds a request of at most "
+                f"{format_size(min(threshold, cached_cap))} up to a power of two, as this one")
+        lines.append(f"{rule}: {format_size(waste)} of that ({100 * waste / block:.1f}%) is "
+                     "rounding.")
         lines.append("Set PYTORCH_ALLOC_CONF=pinned_max_round_threshold_mb:<MiB> (PyTorch 2.13+) "
                      "so that requests above it are pinned at their exact size; "
                      f"with a threshold below {format_size(requested)} this one would pin "
