@@ -43,7 +43,8 @@ NOT_ISOLATED = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sa
                 "code could read and change anything the grader's user can")
 NOT_ISOLATED_NOBODY = ("NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox), "
                        "as an unprivileged user of its own: its code could reach the network and "
-                       "read what any user of the machine can, not the grader's own files")
+                       "read the system's and the temporary folders (where the kernel has no "
+                       "Landlock, what any user of the machine can), not the grader's own files")
 INSIDE_ONLY = "checked inside the submission"
 ANSWER_LIMIT = 20_000            # characters of one answer shown back to its student
 LIMITS = {"cpu_s": 0, "memory_bytes": 8 << 30, "processes": 256, "file_bytes": 32 << 20,

@@ -106,7 +106,14 @@ def python_path(kit) -> str:
     return os.pathsep.join([str(kit), str(Path(kit) / SITE_VIEW)])
 
 
-def command(inner: list, uid: int) -> list:
+def command(inner: list, uid: int, *, kit=None, writable=()) -> list:
+    """``inner`` as ``uid``; given the ``kit``, also under a Landlock allow-list
+    (``landlock.restricted``): the kit, the packages and the system to read, ``writable`` (the
+    run's own folders) and the temporary folders to write, nothing else of the machine."""
+    if kit is not None:
+        from .landlock import restricted
+
+        inner = restricted(inner, [kit, *site_folders()], writable)
     return setpriv_nobody(shutil.which("setpriv") or "setpriv", uid) + list(inner)
 
 
@@ -194,6 +201,15 @@ def _gpumemlab_entry(name: str) -> bool:
         (low.startswith("__editable__") and "gpumemlab" in low)
 
 
+def site_folders() -> list:
+    """The interpreter's site-packages folders (real paths), where the site view's links go."""
+    import site
+
+    folders = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
+    folders += site.getsitepackages() if hasattr(site, "getsitepackages") else []
+    return list(dict.fromkeys(os.path.realpath(f) for f in folders))
+
+
 def site_view(kit) -> Path:
     """``kit/site``: a link to every entry of the interpreter's site-packages except gpumemlab's
     own (the package, its metadata, an editable install's finder) and ``.pth`` files. Started
@@ -201,13 +217,9 @@ def site_view(kit) -> Path:
     find numpy, torch and Jupyter, and the kit as the only gpumemlab: an unprivileged run has
     no mount namespace to hide the installed copy, so it is left off the path instead (and the
     copy's folder itself is reported when that uid can read it: ``installed_copies``)."""
-    import site
-
     view = Path(kit) / SITE_VIEW
     view.mkdir(mode=0o755, exist_ok=True)
-    folders = [p for p in sys.path if p.rstrip("/").endswith(("site-packages", "dist-packages"))]
-    folders += site.getsitepackages() if hasattr(site, "getsitepackages") else []
-    for folder in folders:
+    for folder in site_folders():
         try:
             names = sorted(os.listdir(folder))
         except OSError:

@@ -75,7 +75,8 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None) -> di
         if group is not None:
             argv = group.wrap(argv)
     else:
-        argv = unprivileged.command(inner, uid) if run.runs_as == "nobody" else inner
+        argv = unprivileged.command(inner, uid, kit=run.kit, writable=[base, home, io]) \
+            if run.runs_as == "nobody" else inner
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
         env.update(HOME=str(home), PYTHONNOUSERSITE="1",
                    PYTHONPATH=unprivileged.python_path(run.kit) if run.runs_as == "nobody"
