@@ -8,7 +8,21 @@ sys.path here, once, before any test module is imported."""
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 for folder in (TESTS, TESTS / "fixtures" / "classroom", TESTS / "gpu"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+
+@pytest.fixture(scope="module")
+def library():
+    """The planner's fake-CUDA library, built once (tests/planner and tests/cli use it); a
+    machine that cannot build it skips the test with the reason."""
+    from gpumemlab.recordings import fake_cuda
+
+    try:
+        return fake_cuda.build()
+    except fake_cuda.FakeCudaUnavailable as exc:
+        pytest.skip(str(exc))

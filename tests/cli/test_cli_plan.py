@@ -10,19 +10,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-from gpumemlab.recordings import fake_cuda  # noqa: E402
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "fixtures", "planner", "profile_mlp.py")
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def library():
-    try:
-        return fake_cuda.build()
-    except fake_cuda.FakeCudaUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _plan(*args, cwd=None):

@@ -7,18 +7,9 @@ import sys
 
 import pytest
 
-from gpumemlab.recordings import fake_cuda
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(TESTS, "fixtures", "planner", "missing_folder.py")
-
-
-@pytest.fixture(scope="module")
-def library():
-    try:
-        return fake_cuda.build()
-    except fake_cuda.FakeCudaUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _plan(*args):

@@ -16,19 +16,10 @@ import sys
 import numpy as np
 import pytest
 
-from gpumemlab.recordings import fake_cuda
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = os.path.join(TESTS, "fixtures", "real_scripts")
 MiB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def library():
-    try:
-        return fake_cuda.build()
-    except fake_cuda.FakeCudaUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def _nanogpt_data(root):

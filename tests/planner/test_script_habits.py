@@ -9,18 +9,9 @@ import sys
 
 import pytest
 
-from gpumemlab.recordings import fake_cuda
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "fixtures", "planner", "script_habits.py")
-
-
-@pytest.fixture(scope="module")
-def library():
-    try:
-        return fake_cuda.build()
-    except fake_cuda.FakeCudaUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def test_a_scripts_habits_all_plan(library, tmp_path):
