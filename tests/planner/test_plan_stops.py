@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 
-
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURE = os.path.join(TESTS, "fixtures", "planner", "missing_folder.py")
 

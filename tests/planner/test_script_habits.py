@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 
-
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(TESTS, "fixtures", "planner", "script_habits.py")
 
