@@ -69,7 +69,10 @@ def free_lists(segments) -> list:
 
 def host_figures(segments) -> dict:
     """Totals over every host block: pinned, each share, and the block count."""
-    lists = free_lists(segments)
+    return _totals(free_lists(segments))
+
+
+def _totals(lists) -> dict:
     out = {"pinned_bytes": sum(r["pinned_bytes"] for r in lists),
            "blocks": sum(r["blocks"] for r in lists)}
     for share in SHARES:
@@ -88,7 +91,7 @@ def show_host(source, ax=None, *, title=None):
 
     segments = host_segments(source)
     lists = free_lists(segments)
-    totals = host_figures(segments)
+    totals = _totals(lists)
     if ax is None:
         fig = plt.figure(figsize=(10, 1.6 + 0.45 * max(1, len(lists))), layout="constrained")
         ax = fig.subplots()
