@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpumemlab.classroom.isolation import unprivileged
+from gpumemlab.classroom.isolation import landlock, unprivileged
 from nobody_python import python_for_nobody
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
@@ -24,14 +24,6 @@ try:
 except OSError as e:
     print("refused", e.errno)
 """
-
-
-def _landlock_here() -> bool:
-    import ctypes
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    return libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
 
 
 @pytest.fixture
@@ -53,7 +45,7 @@ def _run(argv, cwd):
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": cwd})
 
 
-@pytest.mark.skipif(not _landlock_here(), reason="this kernel has no Landlock")
+@pytest.mark.skipif(landlock.abi() < 1, reason="this kernel has no Landlock")
 def test_a_run_cannot_read_a_second_checkout(other_checkout):
     # pytest's own tmp_path sits in a 0700 folder no other uid can enter
     tmp_path = Path(tempfile.mkdtemp(prefix="gml-landlock-test-"))

@@ -63,6 +63,15 @@ SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/op
 SYSTEM_WRITE = ("/dev", "/tmp", "/dev/shm", "/var/tmp")
 
 
+def abi() -> int:
+    """The kernel's Landlock ABI version (0 where it has none): the launcher's first question."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
 def interpreter_folders() -> list:
     """The running interpreter's own folders (a venv's, and the Python it was made from)."""
     out = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
