@@ -8,7 +8,8 @@ JSON only: the answers the judges asked for and the verdicts of the checks that 
 answers are judged here (``verdicts``). The sandbox is killed at the per-notebook wall limit. A small
 thread pool grades a few submissions at once; one broken submission never stops the others.
 Without the sandbox (``--no-sandbox``) a root grader runs each executor as an unprivileged uid
-of its own (``isolation.unprivileged``, ``isolation.worker``).
+of its own (``isolation.unprivileged``, ``isolation.worker``); where it cannot, nothing runs
+(``RootRunsRefused``) unless the teacher asked for runs as root (``allow_root``).
 Results: ``grades.csv`` with nbgrader's export columns, and per student a Gradescope
 ``results.json``, a readable ``feedback.txt`` and a ``feedback.html`` page (``reports``).
 
@@ -59,6 +60,22 @@ class SandboxUnavailable(RuntimeError):
     """bwrap cannot run here; the message says why and what to do."""
 
 
+ALLOW_ROOT_FLAG = "--allow-root-runs"
+
+
+class RootRunsRefused(RuntimeError):
+    """A root grader without the sandbox cannot run submissions as an unprivileged user, and
+    was not asked to run them as root: nothing is run. ``reason``: the probe's one line."""
+
+    def __init__(self, reason: str, flag: str = ALLOW_ROOT_FLAG):
+        self.reason = reason
+        super().__init__(
+            f"cannot run submissions as an unprivileged user ({reason}), and they are not run "
+            f"as root unless asked: install the kit where any user can read and start it (a "
+            f"venv outside /root, e.g. python3 -m venv /opt/gpumemlab-venv), or pass {flag} to "
+            f"run them AS ROOT (every feedback file then says so)")
+
+
 @dataclass
 class StudentResult:
     student_id: str
@@ -99,8 +116,8 @@ class GradingRun:
             return NOT_ISOLATED_NOBODY
         if self.runs_as == "root":
             return (f"NOT ISOLATED: this notebook ran without the OS sandbox (--no-sandbox) and "
-                    f"AS ROOT (it could not run as an unprivileged user: "
-                    f"{self.unprivileged_reason}); its "
+                    f"AS ROOT, as the teacher allowed ({ALLOW_ROOT_FLAG}; it could not run as "
+                    f"an unprivileged user: {self.unprivileged_reason}); its "
                     f"code could read and change anything on the machine")
         return NOT_ISOLATED
 
@@ -110,10 +127,12 @@ class GradingRun:
         shutil.rmtree(self.kit, ignore_errors=True)
 
 
-def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=None) -> GradingRun:
+def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=None,
+             allow_root=False) -> GradingRun:
     """Validate the source, check the sandbox, write the student kit. Without the sandbox, a
     root grader checks once that the executor can run as an unprivileged user (``unprivileged``)
-    and which of ``protect`` (default: ``deny_roots``) such a user could read or change."""
+    and which of ``protect`` (default: ``deny_roots``) such a user could read or change; where
+    it cannot, RootRunsRefused before any submission runs, unless ``allow_root``."""
     from .cells import validate_source
     from .verdicts import check_questions, withheld_modules
     from .kit import prepare_kit
@@ -140,6 +159,9 @@ def open_run(source_nb, *, sandbox=True, deny_roots=(), limits=None, protect=Non
             why, exposed = unprivileged.probe(kit, list(deny_roots if protect is None else protect)
                                               + unprivileged.installed_copies())
             runs_as = "root" if why else "nobody"
+            if why and not allow_root:   # a student's code as root is the teacher's choice
+                shutil.rmtree(kit, ignore_errors=True)
+                raise RootRunsRefused(why)
     limits = dict(LIMITS, **(limits or {}))
     if runs_as in ("user", "root"):   # the process limit would count the grader's processes
         limits["processes"] = 0
@@ -297,8 +319,10 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
 def unsandboxed_warnings(run) -> list:
     """Lines for the teacher: as whom unsandboxed submissions run, and what they can reach."""
     if run.runs_as == "root":
-        return [f"WARNING: submissions run without the sandbox AS ROOT: they could not run as "
-                f"an unprivileged user ({run.unprivileged_reason})"]
+        return [f"WARNING: submissions run without the sandbox AS ROOT, as asked "
+                f"({ALLOW_ROOT_FLAG}): they could not run as an unprivileged user "
+                f"({run.unprivileged_reason}); their code can read and change anything on "
+                f"this machine"]
     return [f"WARNING: submissions run as an unprivileged user, who can {how} {path}: make it "
             f"unreachable by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
@@ -319,18 +343,20 @@ def _shown(student_id) -> str:
 
 def grade_all(source_path, submissions, *, workers=2, cell_timeout=30, timeout=300,
               progress=sys.stderr, keep=None, sandbox=True, limits=None, late=None,
-              assignment=None, secret=None) -> list:
+              assignment=None, secret=None, allow_root=False) -> list:
     """Grade every submission in parallel; returns StudentResults sorted by student id.
     ``late``: a ``late.LatePolicy`` whose penalty each result carries (None: no penalty);
     ``assignment``: read ``<student>/<assignment>/`` where a student has that folder, and
-    derive variants from it with the course ``secret`` (``variants.seeds_for``)."""
+    derive variants from it with the course ``secret`` (``variants.seeds_for``);
+    ``allow_root``: without the sandbox, a root grader that cannot run submissions as an
+    unprivileged user runs them as root instead of raising RootRunsRefused."""
     source_path = Path(source_path)
     source_nb = read_notebook(source_path)
     seed_of = variants.seeds_for(source_nb, secret, assignment or source_path.stem)
     subs = find_submissions(Path(submissions), source_path.name, assignment)
     deny = [str(source_path.resolve().parent), str(Path(submissions).resolve())]
     run = open_run(source_nb, sandbox=sandbox, deny_roots=deny, limits=limits,
-                   protect=deny + [str(source_path.resolve())])
+                   protect=deny + [str(source_path.resolve())], allow_root=allow_root)
     for line in unsandboxed_warnings(run):
         print(f"gpumemlab grade: {line}", file=sys.stderr)
     run.judges.prestart(min(max(1, workers), len(subs)))

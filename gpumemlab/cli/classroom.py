@@ -63,6 +63,11 @@ def register(subparsers) -> None:
     g.add_argument("--no-sandbox", action="store_true",
                    help="run submissions without the OS sandbox (bubblewrap); every feedback "
                         "file then says the run was not isolated")
+    g.add_argument("--allow-root-runs", action="store_true",
+                   help="with --no-sandbox as root: where submissions cannot run as an "
+                        "unprivileged user of their own (setpriv missing, or the kit's "
+                        "interpreter unreadable to other users, e.g. under /root), run them AS "
+                        "ROOT instead of stopping with the reason; every feedback file says so")
     g.add_argument("--memory-mb", type=int, default=None,
                    help="address-space limit per sandboxed process in MiB (8192)")
     g.add_argument("--certificates-key", type=Path, default=None,
@@ -158,7 +163,7 @@ def _variant_inputs(args):
 
 def _grade(args) -> int:
     from gpumemlab.classroom.cells import NotebookFormatError
-    from gpumemlab.classroom.grade import SandboxUnavailable, grade_all
+    from gpumemlab.classroom.grade import RootRunsRefused, SandboxUnavailable, grade_all
     from gpumemlab.classroom.reports import read_roster, write_csv, write_feedback
     from gpumemlab.classroom.variants import VariantError, read_secret
 
@@ -168,6 +173,9 @@ def _grade(args) -> int:
         raise _error(f"submissions folder {args.submissions} does not exist")
     if args.workers < 1 or args.cell_timeout <= 0 or args.timeout <= 0:
         raise _error("--workers, --cell-timeout and --timeout must be positive")
+    if args.allow_root_runs and not args.no_sandbox:
+        raise _error("--allow-root-runs goes with --no-sandbox: in the sandbox submissions "
+                     "never run as root")
     if args.certificates_key is not None:
         if not args.course:
             raise _error("--certificates-key needs --course")
@@ -193,10 +201,11 @@ def _grade(args) -> int:
                                 cell_timeout=args.cell_timeout, timeout=args.timeout,
                                 progress=LineSink(tick, "graded") if tick.on else None,
                                 sandbox=not args.no_sandbox, limits=limits, late=policy,
-                                assignment=args.assignment, secret=secret)
+                                assignment=args.assignment, secret=secret,
+                                allow_root=args.allow_root_runs)
     except (NotebookFormatError, VariantError) as exc:
         raise _error(f"{args.source}: {exc}") from None
-    except SandboxUnavailable as exc:
+    except (SandboxUnavailable, RootRunsRefused) as exc:
         raise _error(str(exc)) from None
     assignment = args.assignment or args.source.stem
     from gpumemlab.classroom.late import format_time

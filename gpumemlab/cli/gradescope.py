@@ -40,6 +40,10 @@ def register(subparsers) -> None:
                    help="auto: use bubblewrap when it runs in the container, else grade without "
                         "it and say so in every result; require: score 0 with the reason when "
                         "it cannot run; off: never (auto)")
+    p.add_argument("--allow-root-runs", action="store_true",
+                   help="without the sandbox, where a notebook cannot run as an unprivileged "
+                        "user of its own, run it AS ROOT (the results say so) instead of "
+                        "scoring 0 with the reason")
     p.add_argument("--dist", type=Path, default=None,
                    help="a gpumemlab wheel or sdist to put in the zip (default: build a wheel "
                         "of this checkout)")
@@ -71,7 +75,8 @@ def _gradescope(args) -> int:
                       cell_timeout=args.cell_timeout, timeout=args.timeout,
                       memory_mb=args.memory_mb, sandbox=args.sandbox, late=late,
                       visibility=args.visibility, dist=args.dist, secret=args.secret,
-                      roster=args.roster, student_key=args.student_key)
+                      roster=args.roster, student_key=args.student_key,
+                      allow_root_runs=args.allow_root_runs)
     except PackError as exc:
         raise CLIError(str(exc)) from None
     print(report.text())

@@ -310,9 +310,13 @@ def _check(root: Path, path=None):
                            "--check"], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_no_submission_or_an_unreadable_one_still_writes_results_with_the_reason(packed):
+def test_no_submission_or_an_unreadable_one_still_writes_results_with_the_reason(packed,
+                                                                                nobody_python):
+    # as root, an interpreter an unprivileged user can start: else nothing is graded at all
+    # (test_gradescope_root_runs)
+    python = nobody_python or sys.executable
     root = _tree(packed, "empty", None, _metadata(DUE))
-    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
+    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]), python=python)
     assert res["score"] == 0 and [t["score"] for t in res["tests"]] == [0, 0, 0]
     assert "no submission folder was found" in res["output"]
     proc = _check(root, path=_path_without_bwrap(packed["tmp"]))
@@ -322,7 +326,7 @@ def test_no_submission_or_an_unreadable_one_still_writes_results_with_the_reason
     root = _tree(packed, "garbage", None, _metadata(DUE))
     (root / "submission").mkdir()
     (root / "submission" / "lab.ipynb").write_text("{not json")
-    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]))
+    res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]), python=python)
     assert res["score"] == 0 and [t["status"] for t in res["tests"]] == ["failed"] * 3
     assert "could not read the notebook" in res["output"]
 

@@ -169,14 +169,15 @@ def test_the_teacher_is_told_what_nobody_can_reach(course, graded):
     assert stat.S_IMODE(course["teacher"].stat().st_mode) == 0o700
 
 
-def test_without_setpriv_the_run_says_it_runs_as_root(tmp_path, monkeypatch):
+def test_without_setpriv_and_allowed_the_run_says_it_runs_as_root(tmp_path, monkeypatch):
+    """With ``allow_root`` only (``--allow-root-runs``); without it, ``test_root_runs``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for prog in Path("/usr/bin").iterdir():
         if prog.name != "setpriv":
             (bin_dir / prog.name).symlink_to(prog)
     monkeypatch.setenv("PATH", str(bin_dir))
-    run = grade.open_run(grade.read_notebook(M.SOURCE), sandbox=False)
+    run = grade.open_run(grade.read_notebook(M.SOURCE), sandbox=False, allow_root=True)
     try:
         assert run.runs_as == "root" and "setpriv is not installed" in run.unprivileged_reason
         assert run.limits["processes"] == 0   # RLIMIT_NPROC would not bind root anyway

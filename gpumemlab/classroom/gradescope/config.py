@@ -9,14 +9,18 @@ makes no sense stops with a one-line reason instead of grading wrongly. Its fiel
      "late": {"per_day": 0.1, "cap": 0.5, "grace_s": 3600} or null,
      "visibility": {"<test grade_id>": "visible" | "hidden" | "after_due_date" |
                     "after_published", ...},
-     "variants": null or {"student_key": "email" | "sid" | "id", "roster": ["<id>", ...]}}
+     "variants": null or {"student_key": "email" | "sid" | "id", "roster": ["<id>", ...]},
+     "allow_root_runs": false}
 
 Per-test visibility is Gradescope's own word for who sees a test's row: ``visible`` (default),
 ``hidden`` (only the teacher), ``after_due_date``, ``after_published``. A test cell of the source
 notebook chooses it with ``metadata.gpumemlab.visibility``; the command line can override it per
 test (``GRADE_ID=VISIBILITY``). ``sandbox``: ``auto`` grades in the bubblewrap sandbox when it
 runs in the container and without it otherwise (the results say so loudly), ``require`` gives 0
-with the reason when it cannot run, ``off`` never tries.
+with the reason when it cannot run, ``off`` never tries. Without it, ``run_autograder`` (root)
+runs the notebook as an unprivileged user of its own; where that cannot be done the submission
+is not graded (score 0 and the reason), unless ``allow_root_runs`` is true (``gpumemlab
+gradescope --allow-root-runs``; absent: false): then it runs as root and the results say so.
 
 ``variants`` (a source with per-student variant questions only): which field of Gradescope's
 ``users[]`` entries in ``submission_metadata.json`` is the student's id, and the ids of the
@@ -115,6 +119,8 @@ def check_config(config) -> dict:
     for gid, value in vis.items():
         _visibility(value, f"visibility of {gid}")
     _check_variants(config.get("variants"))
+    if not isinstance(config.get("allow_root_runs", False), bool):
+        raise ConfigError("allow_root_runs must be true or false")
     return config
 
 

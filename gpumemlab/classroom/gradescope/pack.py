@@ -113,7 +113,9 @@ class PackReport:
                              f"after Gradescope's due date, at most {late['cap'] * 100:g}%, "
                              f"grace {format_duration(late['grace_s'])}"
                              if late and late["per_day"] else "reported, no penalty"),
-                 f"sandbox: {self.config['sandbox']}"]
+                 f"sandbox: {self.config['sandbox']}"
+                 + ("; without it, notebooks may run AS ROOT (--allow-root-runs)"
+                    if self.config.get("allow_root_runs") else "")]
         return "\n".join(lines + self.notes)
 
 
@@ -202,7 +204,7 @@ def _variants(source_nb, secret, roster, student_key):
 
 
 def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sandbox, late,
-            visibility, variants=None) -> dict:
+            visibility, variants=None, allow_root_runs=False) -> dict:
     from ..late import policy_numbers
 
     late = dict(late or {})
@@ -212,7 +214,7 @@ def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sa
                   "cell_timeout": cell_timeout, "timeout": timeout, "memory_mb": memory_mb,
                   "sandbox": sandbox, "late": policy,
                   "visibility": visibility_of_tests(source_nb, visibility),
-                  "variants": variants}
+                  "variants": variants, "allow_root_runs": bool(allow_root_runs)}
         return check_config(config)
     except ValueError as exc:
         raise PackError(str(exc)) from None
@@ -220,13 +222,14 @@ def _config(source_nb, name, *, assignment, cell_timeout, timeout, memory_mb, sa
 
 def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_mb=None,
          sandbox="auto", late=None, visibility=(), dist=None, secret=None, roster=None,
-         student_key=None) -> PackReport:
+         student_key=None, allow_root_runs=False) -> PackReport:
     """Write the autograder zip ``out`` for the source notebook ``source``.
 
     ``late``: ``{"per_day", "cap", "grace"}`` as ``gpumemlab grade`` takes them (the due date
     is Gradescope's); ``visibility``: ``["GRADE_ID=VISIBILITY"]`` overriding the notebook's;
     ``secret``, ``roster`` (paths) and ``student_key`` (a field of Gradescope's ``users[]``,
-    default ``email``): a source with per-student variant questions."""
+    default ``email``): a source with per-student variant questions; ``allow_root_runs``: run
+    a notebook as root where neither the sandbox nor an unprivileged user can run it."""
     from ..build import tests_of
     from ..cells import NotebookFormatError, validate_source
     from ..grade import read_notebook
@@ -257,7 +260,8 @@ def pack(source, out, *, assignment=None, cell_timeout=30, timeout=300, memory_m
     from_nb.update({k: v for k, v in (late or {}).items() if v is not None})
     config = _config(source_nb, source.name, assignment=assignment or source.stem,
                      cell_timeout=cell_timeout, timeout=timeout, memory_mb=memory_mb,
-                     sandbox=sandbox, late=from_nb, visibility=visibility, variants=variants)
+                     sandbox=sandbox, late=from_nb, visibility=visibility, variants=variants,
+                     allow_root_runs=allow_root_runs)
     with tempfile.TemporaryDirectory(prefix="gml-pack-") as tmp:
         if dist is None:
             kit = build_wheel(Path(tmp))

@@ -45,9 +45,9 @@ def not_isolated_banner(reason, runs_as: str = "root", why_root: str = "") -> st
                 "what any user of the container can, but not the teacher's files or these "
                 "results.")
     elif runs_as == "root":
-        tail = (f" and AS ROOT{f' (it could not run as an unprivileged user: {why_root})' if why_root else ''}"
-                ": its code could read and change anything the autograder can, including these "
-                "results.")
+        why = f"; it could not run as an unprivileged user: {why_root}" if why_root else ""
+        tail = (f" and AS ROOT (the autograder allows it: --allow-root-runs{why}): its code "
+                f"could read and change anything the autograder can, including these results.")
     else:
         tail = (": its code could read and change anything the autograder's user can, "
                 "including these results.")

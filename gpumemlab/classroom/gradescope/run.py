@@ -13,7 +13,8 @@ One submission is graded the way ``gpumemlab grade`` grades each one (``grade.op
 can run in this container, else (settings ``sandbox: auto``) without it, and then the results
 say so at the top. Without it, as root, the notebook runs as an unprivileged uid of its own
 (``unprivileged``) after ``lock_down`` took the teacher's files, the results and the metadata out
-of other users' reach.
+of other users' reach; where no unprivileged user can run it, it is not graded (score 0 and
+the reason), unless the settings allow runs as root (``allow_root_runs``).
 The late penalty comes from the settings' numbers and Gradescope's times. A source with
 per-student variant questions is judged against the submitting student's own variant
 (``identity``), or not graded when that student cannot be told.
@@ -146,10 +147,10 @@ def _submission(root: Path, config):
 
 def grade_submission(root: Path, started: float) -> dict:
     """The results for the submission under ``root`` (raises only for grader bugs)."""
-    from ..grade import grade_one, open_run, unsandboxed_warnings
+    from ..grade import ALLOW_ROOT_FLAG, RootRunsRefused, grade_one, open_run, \
+        unsandboxed_warnings
     from .metadata import METADATA_NAME
     from .results import results
-    from .metadata import METADATA_NAME
     from .identity import NotIdentified, variant_seed
     from ..late import LatePolicy, late_penalty
 
@@ -166,8 +167,19 @@ def grade_submission(root: Path, started: float) -> dict:
     limits = {"memory_bytes": int(config["memory_mb"]) << 20} if config["memory_mb"] else None
     lock_down(root)
     protect = [str(root.resolve() / p) for p in ("source", "results", METADATA_NAME)]
-    run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())], limits=limits,
-                   protect=protect)
+    try:
+        run = open_run(source_nb, sandbox=sandbox, deny_roots=[str(root.resolve())],
+                       limits=limits, protect=protect,
+                       allow_root=config.get("allow_root_runs", False))
+    except RootRunsRefused as exc:   # before any of the submission's code ran
+        without = ("this autograder is set to run without the OS sandbox (sandbox: off)"
+                   if why_not is None else
+                   f"the OS sandbox cannot run in this container ({why_not})")
+        raise _Refused(f"Not graded: {without} "
+                       f"and the notebook cannot run as an unprivileged user ({exc.reason}); "
+                       f"it is not run as root unless the autograder allows it (gpumemlab "
+                       f"gradescope {ALLOW_ROOT_FLAG}), or the kit is installed where any user "
+                       f"can start it. {NOT_YOUR_FAULT}") from None
     banner = "" if sandbox else not_isolated_banner(why_not, run.runs_as,
                                                     run.unprivileged_reason)
     for line in unsandboxed_warnings(run):

@@ -1,0 +1,105 @@
+"""Gradescope's ``run_autograder`` (root) without the sandbox, where no unprivileged user can run
+the notebook: not graded, score 0 and the reason, nothing of the submission run, unless the
+settings allow runs as root (``gpumemlab gradescope --allow-root-runs``); then it runs and the
+results and the teacher's log say AS ROOT (issue 34: it used to run as root with a note only).
+
+A fake ``/autograder`` tree with the settings ``pack`` writes, graded in this process
+(``gradescope.run.run``): bubblewrap is reported missing, setpriv is off PATH (the probe's
+refusal, as for an interpreter under /root), and where the test is not root the grader is made
+to believe it is (the refusal is the root grader's rule).
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+import make_submissions as M  # noqa: E402
+
+from gpumemlab.classroom import isolation  # noqa: E402
+from gpumemlab.classroom.build import student_version  # noqa: E402
+from gpumemlab.classroom.gradescope import pack as P  # noqa: E402
+from gpumemlab.classroom.gradescope import run as R  # noqa: E402
+from gpumemlab.classroom.gradescope.config import CONFIG_NAME, TEACHER_DIR  # noqa: E402
+from gpumemlab.cli import main  # noqa: E402
+
+MARK = """
+import ctypes
+libc = ctypes.CDLL(None)
+fd = libc.open({path!r}.encode(), 0o101, 0o644)   # O_WRONLY | O_CREAT, past the audit hook
+libc.write(fd, b"ran", 3)
+libc.close(fd)
+"""
+
+
+def _tree(tmp_path, allow_root_runs: bool) -> dict:
+    root, marker = tmp_path / "autograder", tmp_path / "ran.txt"
+    source_nb = nbformat.read(str(M.SOURCE), as_version=4)
+    config = P._config(source_nb, "lab.ipynb", assignment="lab", cell_timeout=60, timeout=200,
+                       memory_mb=None, sandbox="auto", late=None, visibility=(),
+                       allow_root_runs=allow_root_runs)
+    (root / "source" / TEACHER_DIR).mkdir(parents=True)
+    (root / "source" / CONFIG_NAME).write_text(json.dumps(config))
+    (root / "source" / TEACHER_DIR / "lab.ipynb").write_bytes(M.SOURCE.read_bytes())
+    (root / "submission").mkdir()
+    right = M.answered(student_version(source_nb), M.RIGHT)
+    nbformat.write(M.add_cell_after(right, "frag-answer", MARK.format(path=str(marker))),
+                   str(root / "submission" / "lab.ipynb"))
+    return {"root": root, "marker": marker}
+
+
+@pytest.fixture
+def no_bwrap_no_setpriv(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for prog in Path("/usr/bin").iterdir():
+        if prog.name not in ("setpriv", "bwrap"):
+            (bin_dir / prog.name).symlink_to(prog)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setattr(isolation, "unavailable_reason",
+                        lambda: "bwrap is not installed (Debian: apt-get install bubblewrap)")
+    if os.geteuid() != 0:
+        monkeypatch.setattr(isolation, "running_as_root", lambda: True)
+
+
+def test_not_graded_and_nothing_ran_unless_root_runs_are_allowed(tmp_path, no_bwrap_no_setpriv):
+    tree = _tree(tmp_path, allow_root_runs=False)
+    data = R.run(tree["root"])
+    assert data["score"] == 0 and data["tests"] == []
+    out = data["output"]
+    assert out.startswith("Not graded: the OS sandbox cannot run in this container (bwrap")
+    assert "cannot run as an unprivileged user (setpriv is not installed" in out
+    assert "gpumemlab gradescope --allow-root-runs" in out and "not a problem with your" in out
+    assert not tree["marker"].exists()
+    written = json.loads((tree["root"] / "results" / "results.json").read_text())
+    assert written["output"] == out
+
+
+def test_allowed_root_runs_are_graded_and_say_as_root(tmp_path, no_bwrap_no_setpriv, capsys):
+    tree = _tree(tmp_path, allow_root_runs=True)
+    data = R.run(tree["root"])
+    assert data["score"] == 5 and tree["marker"].read_text() == "ran"
+    first = data["output"].splitlines()[0]
+    assert first.startswith("NOT ISOLATED") and "AS ROOT (the autograder allows it: " \
+        "--allow-root-runs; it could not run as an unprivileged user: setpriv is not" in first
+    assert "AS ROOT, as asked (--allow-root-runs)" in capsys.readouterr().out   # the log
+
+
+def test_the_pack_flag_writes_the_setting_and_says_so(tmp_path, capsys):
+    config = P._config(nbformat.read(str(M.SOURCE), as_version=4), "lab.ipynb",
+                       assignment="lab", cell_timeout=30, timeout=300, memory_mb=None,
+                       sandbox="auto", late=None, visibility=())
+    assert config["allow_root_runs"] is False   # the default: refuse
+    out = tmp_path / "lab.zip"
+    dist = tmp_path / "gpumemlab-0.1-py3-none-any.whl"
+    import zipfile
+
+    with zipfile.ZipFile(dist, "w") as zf:   # a stand-in kit: pack only reads its metadata
+        zf.writestr("gpumemlab-0.1.dist-info/METADATA", "Name: gpumemlab\nVersion: 0.1\n"
+                    "Requires-Dist: torch>=2.1\n")
+    assert main(["gradescope", str(M.SOURCE), str(out), "--dist", str(dist),
+                 "--allow-root-runs"]) == 0
+    assert "notebooks may run AS ROOT (--allow-root-runs)" in capsys.readouterr().out
+    with zipfile.ZipFile(out) as zf:
+        assert json.loads(zf.read(CONFIG_NAME))["allow_root_runs"] is True
