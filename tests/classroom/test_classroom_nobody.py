@@ -5,7 +5,8 @@ One real grading run without bubblewrap (``gpumemlab grade --no-sandbox`` with a
 nobody can start: ``fixtures/classroom/nobody_python.py``), two submissions: an honest one, and a hostile one
 (right answers too) whose extra cell, through libc so that the in-kernel audit hook is not what
 stops it, reads the teacher's notebook, writes into the grades' folder, and forks a ``setsid``'d
-shell that would write a file 5 s later. What it managed goes into a world-writable drop box.
+shell that would write a file 5 s later. What it managed goes into a world-writable drop box
+(in ``/dev/shm``: a run's allow-list leaves ``/tmp`` out).
 The course lives in a folder every user may traverse; the teacher's folder is 0700 and the
 grades' folder root's 0755, as the docs ask, so only the uid stands between them and the code.
 """
@@ -83,14 +84,15 @@ def course():
     tmp = Path(tempfile.mkdtemp(prefix="gml-nobody-test-"))
     try:
         os.chmod(tmp, 0o755)   # the course folder: every user may traverse it
-        teacher, subs, out, box = (tmp / n for n in ("teacher", "submitted", "out", "box"))
+        teacher, subs, out = (tmp / n for n in ("teacher", "submitted", "out"))
+        # /dev/shm: the one shared folder a run may still write (its allow-list has no /tmp)
+        box = Path(tempfile.mkdtemp(prefix="gml-nobody-box-", dir="/dev/shm"))
         teacher.mkdir(mode=0o700)
         os.chmod(teacher, 0o700)
         source = teacher / "lab.ipynb"
         source.write_bytes(M.SOURCE.read_bytes())
         out.mkdir()
         (out / "grades.csv").write_text("an earlier gradebook\n")
-        box.mkdir()
         os.chmod(box, 0o777)   # a drop box where the attack tells what it managed
         student = student_version(nbformat.read(str(source), as_version=4))
         right = M.answered(student, M.RIGHT)
@@ -104,6 +106,7 @@ def course():
                "source": source}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(box, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

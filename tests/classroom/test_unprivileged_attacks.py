@@ -4,11 +4,14 @@ in-kernel audit hook is not what stops it.
 
 One real grading run, two workers, two submissions side by side: an honest one that takes a
 while (so the runs overlap), and a hostile one (right answers too) whose shell waits for the
-classmate's run folder to appear and then tries to read the classmate's graded notebook and
-copy, overwrite the classmate's ``result.json``, read last week's ``grades.csv``, import the
-grader's own gpumemlab with ``python -I`` (the reference answers and the banks), list the
-banks' folder, and leave a process whose main thread has exited (a zombie leader whose other
-thread writes a file 45 s later, after the run). What each try got (its exit status) goes into a drop box.
+classmate's run folder to appear (in its processes' command lines) and then tries to list the
+grader's temporary folder, read world-readable files the grader left there and in ``/tmp``,
+leave a file there for a classmate, read the classmate's graded notebook and copy, overwrite
+the classmate's ``result.json``, read last week's ``grades.csv``, import the grader's own
+gpumemlab with ``python -I`` (the reference answers and the banks), list the banks' folder, and
+leave a process whose main thread has exited (a zombie leader whose other thread writes a file
+45 s later, after the run). What each try got (its exit status) goes into a drop box in
+``/dev/shm``.
 """
 import json
 import os
@@ -29,7 +32,7 @@ import make_submissions as M  # noqa: E402
 from nobody_python import python_for_nobody  # noqa: E402
 
 from gpumemlab.classroom.build import student_version  # noqa: E402
-from gpumemlab.classroom.isolation import unprivileged  # noqa: E402
+from gpumemlab.classroom.isolation import landlock, unprivileged  # noqa: E402
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                                 reason="the unprivileged mode needs root and setpriv")
@@ -37,13 +40,21 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is 
 SHELL = r'''
 me=$(dirname "$PWD"); other=""; i=0
 while [ $i -lt 60 ]; do
-  for d in {tmp}/gml-grade-*; do
-    if [ "$d" != "$me" ] && [ -e "$d/grader" ]; then other="$d"; fi
+  # the grader's temporary folder cannot be listed (the allow-list): the classmate's run
+  # folder is found in its processes' command lines, which /proc shows every user
+  for f in /proc/[0-9]*/cmdline; do
+    for d in $(tr '\0' '\n' < "$f" 2>/dev/null | grep -o '{tmp}/gml-grade-[A-Za-z0-9_]*'); do
+      if [ "$d" != "$me" ]; then other="$d"; fi
+    done
   done
   [ -n "$other" ] && break
   sleep 0.5; i=$((i+1))
 done
 echo "$other" > {box}/other.txt
+ls {tmp} > /dev/null 2>&1; echo $? > {box}/list_tmp
+cat {planted} > /dev/null 2>&1; echo $? > {box}/read_planted
+cat {planted_tmp} > /dev/null 2>&1; echo $? > {box}/read_planted_tmp
+(echo x > {tmp}/left_for_a_classmate.txt) 2>/dev/null; echo $? > {box}/drop_tmp
 cat "$other/grader/graded.ipynb" > /dev/null 2>&1; echo $? > {box}/read_graded
 cat "$other/submission/lab.ipynb" > /dev/null 2>&1; echo $? > {box}/read_copy
 (echo '{{}}' > "$other/grader/result.json") 2>/dev/null; echo $? > {box}/write_result
@@ -81,20 +92,32 @@ time.sleep(25)   # the run stays alive while the shell works
 @pytest.fixture(scope="module")
 def attacked():
     tmp = Path(tempfile.mkdtemp(prefix="gml-unpriv-attacks-"))
+    boxes = []
     try:
         os.chmod(tmp, 0o755)
-        teacher, subs, out, box, gtmp = (tmp / n for n in
-                                         ("teacher", "submitted", "out", "box", "tmp"))
+        teacher, subs, out, gtmp = (tmp / n for n in ("teacher", "submitted", "out", "tmp"))
+        # the drop box: in /dev/shm, the one shared folder a run may still write (/tmp not)
+        box = Path(tempfile.mkdtemp(prefix="gml-unpriv-box-", dir="/dev/shm"))
+        boxes.append(box)
         teacher.mkdir(mode=0o700)
         out.mkdir(mode=0o755)    # last week's grades, in a folder as umask 022 makes it
         os.chmod(out, 0o755)
         (out / "grades.csv").write_text("student_id,score\nsomeone,3\n")
         (out / "feedback").mkdir(mode=0o755)
         os.chmod(out / "feedback", 0o755)
-        box.mkdir()
         os.chmod(box, 0o777)
         gtmp.mkdir()
         os.chmod(gtmp, 0o755)
+        # world-readable files the grader leaves in its temporary folder and in /tmp: DAC
+        # lets any user read them; the allow-list must not
+        planted = gtmp / "graders-notes" / "answers.txt"
+        planted_tmp = Path(tempfile.mkdtemp(prefix="gml-planted-", dir="/tmp")) / "answers.txt"
+        boxes.append(planted_tmp.parent)
+        for f in (planted, planted_tmp):
+            f.parent.mkdir(exist_ok=True)
+            os.chmod(f.parent, 0o755)
+            f.write_text("RIGHT = 42\n")
+            os.chmod(f, 0o644)
         python = python_for_nobody(tmp / "python")
         if python is None:
             pytest.skip("no interpreter here that an unprivileged user can start")
@@ -103,7 +126,8 @@ def attacked():
         student = student_version(nbformat.read(str(source), as_version=4))
         right = M.answered(student, M.RIGHT)
         banks = unprivileged.installed_copies()[-1]
-        script = SHELL.format(tmp=gtmp, box=box, out=out, python=python, banks=banks)
+        script = SHELL.format(tmp=gtmp, box=box, out=out, python=python, banks=banks,
+                              planted=planted, planted_tmp=planted_tmp)
         (subs / "honest").mkdir(parents=True)
         nbformat.write(M.add_cell_after(right, "frag-answer", "import time\ntime.sleep(20)"),
                        str(subs / "honest" / "lab.ipynb"))
@@ -118,9 +142,12 @@ def attacked():
                                "--no-sandbox", "--cell-timeout", "60", "--timeout", "200",
                                "--workers", "2"],
                               env=env, capture_output=True, text=True, timeout=600)
-        yield {"proc": proc, "box": box, "out": out, "before": before}
+        yield {"proc": proc, "box": box, "out": out, "before": before,
+               "landlock": landlock.abi() >= 1}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in boxes:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _acl(path):
@@ -148,6 +175,18 @@ def test_a_classmates_run_can_be_neither_read_nor_changed(attacked):
     box = attacked["box"]
     assert _rc(box, "read_graded") != 0 and _rc(box, "read_copy") != 0
     assert _rc(box, "write_result") != 0
+    assert "score: 5 / 5" in _feedback(attacked["out"], "honest")
+
+
+def test_the_graders_and_other_files_in_tmp_are_out_of_reach(attacked):
+    # world-readable by their modes: the allow-list (Landlock) is what refuses them, and the
+    # run's own temporary files went to its private folder (the honest run still scores 5/5)
+    box = attacked["box"]
+    if not attacked["landlock"]:
+        pytest.skip("this kernel has no Landlock: /tmp is readable in this mode (docs say so)")
+    assert _rc(box, "list_tmp") != 0
+    assert _rc(box, "read_planted") != 0 and _rc(box, "read_planted_tmp") != 0
+    assert _rc(box, "drop_tmp") != 0   # nothing left there for a classmate's run either
     assert "score: 5 / 5" in _feedback(attacked["out"], "honest")
 
 

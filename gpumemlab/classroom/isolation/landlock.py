@@ -8,7 +8,8 @@ creates a Landlock ruleset (``landlock_create_ruleset``), allows the given folde
 (``landlock_add_rule``, ``LANDLOCK_RULE_PATH_BENEATH``) and restricts itself
 (``landlock_restrict_self``) before it execs ``inner``; the restriction is inherited by every
 process the run starts. The file-system rights of Landlock ABI 1 are handled (with REFER from
-ABI 2 and TRUNCATE from ABI 3 where the kernel has them). Where the kernel has no Landlock,
+ABI 2 and TRUNCATE from ABI 3 where the kernel has them). Neither ``/tmp`` nor ``/var/tmp`` is
+on the list: a run's temporary files go to its own folder. Where the kernel has no Landlock,
 the launcher says so on stderr and runs ``inner`` as before (the uid's other bounds stay).
 """
 from __future__ import annotations
@@ -60,7 +61,11 @@ os.execv(inner[0], inner)
 # What any Python program and its kernel read: the system's folders.
 SYSTEM_READ = ("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc",
                "/sys", "/run")
-SYSTEM_WRITE = ("/dev", "/tmp", "/dev/shm", "/var/tmp")
+# What they write: /dev (/dev/null, a terminal; /dev/shm, where POSIX semaphores and shared
+# memory live). Not /tmp or /var/tmp: the grader's files and other runs' are there, and each
+# run has a temporary folder of its own (``unprivileged.private_env``: TMPDIR, the Jupyter
+# runtime folder), which the caller passes among the folders to write.
+SYSTEM_WRITE = ("/dev",)
 
 
 def abi() -> int:

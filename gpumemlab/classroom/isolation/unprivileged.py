@@ -24,12 +24,13 @@ and CAP_SETGID that Docker grants root by default. Then:
   zombie leader) lives on in its other threads, which ``/proc/PID/task`` shows. No other process has that uid, so runs may
   go side by side and nothing else is touched.
 
-What stays open without namespaces: the network; every file any user may read (the Python
-installation, world-readable files of the machine, and the teacher's folders when their modes
-allow it, which ``probe`` reports); files left in world-writable folders such as ``/tmp``;
-signals to processes of the same uid (none but the run's own). ``probe`` runs once per grading
-run; where ``setpriv`` is missing or fails, the caller runs the submission as root, as before,
-and says so. In the texts a teacher or student reads, this user is "an unprivileged user"; the
+What stays open without namespaces: the network; where the kernel has no Landlock
+(``landlock``), every file any user may read (the Python installation, world-readable files of
+the machine, ``/tmp``, and the teacher's folders when their modes allow it, which ``probe``
+reports); ``/dev/shm``; signals to processes of the same uid (none but the run's own). The run's
+temporary files go to a folder of its own (``private_env``), not to ``/tmp``. ``probe`` runs
+once per grading run; where ``setpriv`` is missing or fails, the caller runs nothing
+(``grade.RootRunsRefused``) unless the teacher allowed runs as root. In the texts a teacher or student reads, this user is "an unprivileged user"; the
 code calls the mode ``nobody``, the role it plays.
 """
 from __future__ import annotations
@@ -53,6 +54,7 @@ UID_FIRST, UID_COUNT = 1_900_000_000, 100_000_000   # below 2**31; no distributi
 _taken, _taken_lock = set(), threading.Lock()
 
 RUNTIME = "runtime"        # the Jupyter runtime folder, in the exchange folder (runner's job)
+TMP = "tmp"                # the executor's temporary folder, in the exchange folder
 _PROBE = r'''
 import json, os, sys
 status = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines() if ":" in l)
@@ -160,14 +162,23 @@ def hand_over(base: Path, home: Path, io: Path, uid: int) -> None:
     the uid's and 0700 (no other run's uid may enter them), and the result files the grader
     created in it are the uid's and 0600."""
     os.chmod(base, 0o711)
-    runtime = io / RUNTIME
-    runtime.mkdir(mode=0o700, exist_ok=True)
+    for name in (RUNTIME, TMP):   # the run's own, not /tmp: the allow-list has no /tmp
+        (io / name).mkdir(mode=0o700, exist_ok=True)
     for top in (home, io):
         for dirpath, dirnames, filenames in os.walk(top):
             for name in [dirpath] + [os.path.join(dirpath, n) for n in dirnames + filenames]:
                 os.chown(name, uid, uid, follow_symlinks=False)
                 if not os.path.islink(name):
                     os.chmod(name, 0o700 if os.path.isdir(name) else 0o600)
+
+
+def private_env(io: Path) -> dict:
+    """The executor's temporary folders, inside the run's 0700 exchange folder: Python's
+    ``tempfile`` (TMPDIR, TEMP, TMP) and Jupyter's runtime folder (connection files). The
+    kernel gets its own below the submission's copy (``runner``); neither is in ``/tmp``,
+    where the grader's and other runs' files are, and which the allow-list leaves out."""
+    tmp = str(io / TMP)
+    return {"TMPDIR": tmp, "TEMP": tmp, "TMP": tmp, "JUPYTER_RUNTIME_DIR": str(io / RUNTIME)}
 
 
 def take_back(base: Path) -> None:

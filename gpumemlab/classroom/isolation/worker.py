@@ -81,6 +81,8 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None) -> di
         env.update(HOME=str(home), PYTHONNOUSERSITE="1",
                    PYTHONPATH=unprivileged.python_path(run.kit) if run.runs_as == "nobody"
                    else str(run.kit))
+        if run.runs_as == "nobody":   # its temporary files in its own folder, not /tmp
+            env.update(unprivileged.private_env(io))
     log = open(base / "worker.log", "wb")
     since = unprivileged.boot_ticks()
     try:
