@@ -7,19 +7,56 @@ access is unchanged. The entries are read and written as the kernel stores them 
 ``system.posix_acl_access`` attribute (``linux/posix_acl_xattr.h``): a version, then (tag,
 permissions, id) records sorted by tag and id. The mask is the owning group's permissions, so
 the mode bits do not change.
+
+Each change reads the whole list and writes it back, so two graders changing one folder at once
+(two ``grade`` commands, a ``grade`` beside ``run_autograder``) could each write back a list
+without the other's entry, and a run would find the grader's gpumemlab open again. Every
+change therefore holds an exclusive ``flock`` on one lock file (``lock_path``: in ``/run``,
+root's, for a root grader) for the time of its read and write; entries are per uid, each run's
+its own, so no count is needed.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import stat
 import struct
+import tempfile
 import threading
 
 _ACL, _ACL_VERSION = "system.posix_acl_access", 2
 _USER_OBJ, _USER, _GROUP_OBJ, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x10, 0x20
 _NO_ID = 0xFFFFFFFF
 _acl_lock = threading.Lock()
+LOCK_NAME = "gpumemlab-acl.lock"
+
+
+def lock_path() -> str:
+    """Where every grader of this machine takes the ACL lock: ``/run`` for root (a folder only
+    root may write, so no one else can plant or hold the file), else the user's own file in the
+    temporary folder (ACLs a user may set are on that user's own folders)."""
+    if os.geteuid() == 0:
+        return os.path.join("/run", LOCK_NAME)
+    return os.path.join(tempfile.gettempdir(), f"{LOCK_NAME}.{os.geteuid()}")
+
+
+@contextlib.contextmanager
+def _locked():
+    """The ACL lock of the machine (threads of this grader and other grader processes)."""
+    with _acl_lock:
+        path = lock_path()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                raise PermissionError(f"{path} is not a file of this user's: the ACL lock "
+                                      f"cannot be trusted")
+            fcntl.flock(fd, fcntl.LOCK_EX)   # released when the fd is closed
+            yield
+        finally:
+            os.close(fd)
 
 
 def _acl_read(path) -> list:
@@ -57,7 +94,7 @@ def deny(paths, uid: int) -> list:
     (it then counts before the "other" bits; nobody else's access changes). -> the folders
     that could not be closed so (a file system without ACLs), which ``probe`` reports."""
     failed = []
-    with _acl_lock:
+    with _locked():
         for path in paths:
             try:
                 entries = [e for e in _acl_read(path) if not (e[0] == _USER and e[2] == uid)]
@@ -70,7 +107,7 @@ def deny(paths, uid: int) -> list:
 def allow_again(paths, uid: int) -> None:
     """Remove what ``deny`` added for ``uid`` (a uid no account has: an entry left behind by a
     killed grader shuts out no one)."""
-    with _acl_lock:
+    with _locked():
         for path in paths:
             try:
                 entries = _acl_read(path)
