@@ -30,7 +30,7 @@ TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 import gradescope_tree as G  # noqa: E402
 import make_submissions as M  # noqa: E402
-from nobody_python import python_for_nobody  # noqa: E402
+from nobody_python import python_for_nobody, skip_or_fail  # noqa: E402
 
 from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
@@ -268,14 +268,20 @@ def _path_without_bwrap(tmp: Path) -> str:
 
 @pytest.fixture(scope="module")
 def nobody_python():
-    """An interpreter nobody can start (root only), in a folder every user may traverse."""
-    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+    """An interpreter nobody can start (root only), in a folder every user may traverse. As
+    root, none is a failure: without one, a root grader grades nothing without the sandbox."""
+    if os.geteuid() != 0:
         yield None
         return
+    if shutil.which("setpriv") is None:
+        skip_or_fail("setpriv is not installed")
     folder = Path(tempfile.mkdtemp(prefix="gml-nobody-python-"))
     try:
         os.chmod(folder, 0o755)
-        yield python_for_nobody(folder)
+        python = python_for_nobody(folder)
+        if python is None:
+            skip_or_fail("no interpreter here that an unprivileged user can start")
+        yield python
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -301,12 +307,12 @@ def test_without_bubblewrap_wrong_answers_are_graded_and_the_results_say_so(pack
     assert "NOT ISOLATED" in res["_stdout"]   # the teacher's log says it too
 
 
-def _check(root: Path, path=None):
+def _check(root: Path, path=None, python=sys.executable):
     """setup.sh's last line: ``gradescope.run --check`` on the unpacked zip."""
     env = dict(os.environ, GPUMEMLAB_AUTOGRADER_ROOT=str(root), PYTHONPATH=str(ROOT))
     if path is not None:
         env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "gpumemlab.classroom.gradescope.run",
+    return subprocess.run([str(python), "-m", "gpumemlab.classroom.gradescope.run",
                            "--check"], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -319,9 +325,11 @@ def test_no_submission_or_an_unreadable_one_still_writes_results_with_the_reason
     res = _run_autograder(root, path=_path_without_bwrap(packed["tmp"]), python=python)
     assert res["score"] == 0 and [t["score"] for t in res["tests"]] == [0, 0, 0]
     assert "no submission folder was found" in res["output"]
-    proc = _check(root, path=_path_without_bwrap(packed["tmp"]))
+    proc = _check(root, path=_path_without_bwrap(packed["tmp"]), python=python)
     assert proc.returncode == 0 and "lab (lab.ipynb); settings read" in proc.stdout
     assert "sandbox: UNAVAILABLE here (bwrap is not installed" in proc.stdout
+    if nobody_python is not None:   # and without it, the notebook would run as a uid of its own
+        assert "without the sandbox, notebooks run as an unprivileged user" in proc.stdout
 
     root = _tree(packed, "garbage", None, _metadata(DUE))
     (root / "submission").mkdir()

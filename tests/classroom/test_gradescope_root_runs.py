@@ -103,3 +103,14 @@ def test_the_pack_flag_writes_the_setting_and_says_so(tmp_path, capsys):
     assert "notebooks may run AS ROOT (--allow-root-runs)" in capsys.readouterr().out
     with zipfile.ZipFile(out) as zf:
         assert json.loads(zf.read(CONFIG_NAME))["allow_root_runs"] is True
+
+
+def test_the_image_check_stops_where_nothing_would_be_graded(tmp_path, no_bwrap_no_setpriv,
+                                                             capsys):
+    refused = _tree(tmp_path / "refused", allow_root_runs=False)
+    assert R.check(refused["root"]) == 1
+    out = capsys.readouterr().out
+    assert "notebooks CANNOT run as an unprivileged user here (setpriv is not installed" in out
+    allowed = _tree(tmp_path / "allowed", allow_root_runs=True)
+    assert R.check(allowed["root"]) == 0
+    assert "notebooks run AS ROOT (--allow-root-runs" in capsys.readouterr().out

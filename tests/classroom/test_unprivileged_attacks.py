@@ -29,13 +29,13 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent / "fixtures" / "classroom"))
 import make_submissions as M  # noqa: E402
-from nobody_python import python_for_nobody  # noqa: E402
+from nobody_python import python_for_nobody, skip_or_fail, unprivileged_mode  # noqa: E402,F401
 
 from gpumemlab.classroom.build import student_version  # noqa: E402
 from gpumemlab.classroom.isolation import landlock, unprivileged  # noqa: E402
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                                reason="the unprivileged mode needs root and setpriv")
+# skipped only where the grader is not root; as root, anything missing fails
+pytestmark = pytest.mark.usefixtures("unprivileged_mode")
 
 SHELL = r'''
 me=$(dirname "$PWD"); other=""; i=0
@@ -120,7 +120,7 @@ def attacked():
             os.chmod(f, 0o644)
         python = python_for_nobody(tmp / "python")
         if python is None:
-            pytest.skip("no interpreter here that an unprivileged user can start")
+            skip_or_fail("no interpreter here that an unprivileged user can start")
         source = teacher / "lab.ipynb"
         source.write_bytes(M.SOURCE.read_bytes())
         student = student_version(nbformat.read(str(source), as_version=4))
@@ -183,7 +183,7 @@ def test_the_graders_and_other_files_in_tmp_are_out_of_reach(attacked):
     # run's own temporary files went to its private folder (the honest run still scores 5/5)
     box = attacked["box"]
     if not attacked["landlock"]:
-        pytest.skip("this kernel has no Landlock: /tmp is readable in this mode (docs say so)")
+        skip_or_fail("this kernel has no Landlock: /tmp is readable in this mode (docs say so)")
     assert _rc(box, "list_tmp") != 0
     assert _rc(box, "read_planted") != 0 and _rc(box, "read_planted_tmp") != 0
     assert _rc(box, "drop_tmp") != 0   # nothing left there for a classmate's run either

@@ -25,7 +25,9 @@ goes to stdout, which Gradescope shows the teacher only. The file is written to 
 and renamed, so Gradescope never reads half of one.
 
 ``python -m gpumemlab.classroom.gradescope.run --check`` (run by setup.sh while the image is
-built) reads the settings and the notebook and says whether the sandbox works there.
+built) reads the settings and the notebook and says whether the sandbox works there, and where
+it does not, whether a notebook can run as an unprivileged user (it fails when none would be
+graded).
 """
 from __future__ import annotations
 
@@ -233,7 +235,7 @@ def check(root: Path) -> int:
     from .. import isolation
 
     try:
-        config, _ = _settings(root)
+        config, source_nb = _settings(root)
     except _Refused as exc:
         print(f"gpumemlab autograder: {exc}")
         return 1
@@ -253,6 +255,32 @@ def check(root: Path) -> int:
     print("gpumemlab autograder: sandbox: " + ("bubblewrap works here" if reason is None else
                                                 f"UNAVAILABLE here ({reason}); mode "
                                                 f"{config['sandbox']}"))
+    if reason is not None and config["sandbox"] != "require" and isolation.running_as_root():
+        return _check_unprivileged(config, source_nb)
+    return 0
+
+
+def _check_unprivileged(config, source_nb) -> int:
+    """Without the sandbox: can a notebook run as an unprivileged user here (the run's own
+    check, ``grade.open_run``)? If not, and root runs are not allowed, no submission would be
+    graded: 1, so the image build stops and says why."""
+    from ..grade import ALLOW_ROOT_FLAG, RootRunsRefused, open_run
+
+    allow = config.get("allow_root_runs", False)
+    try:
+        run = open_run(source_nb, sandbox=False, allow_root=allow)
+    except RootRunsRefused as exc:
+        print(f"gpumemlab autograder: without the sandbox, notebooks CANNOT run as an "
+              f"unprivileged user here ({exc.reason}), so none would be graded: install the kit "
+              f"where any user can start it, or pack with gpumemlab gradescope {ALLOW_ROOT_FLAG}")
+        return 1
+    try:
+        print("gpumemlab autograder: without the sandbox, notebooks run " +
+              (f"AS ROOT ({ALLOW_ROOT_FLAG}; no unprivileged user can run them here: "
+               f"{run.unprivileged_reason})" if run.runs_as == "root" else
+               "as an unprivileged user of their own"))
+    finally:
+        run.close()
     return 0
 
 
