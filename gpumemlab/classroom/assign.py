@@ -159,8 +159,10 @@ def assign(source, out, *, check=True, cell_timeout=60, timeout=600, roster=None
     from .grade import grade_one, open_run, read_notebook
 
     source_nb = read_notebook(source)
-    # The teacher's own notebooks: sandboxed where bwrap runs, else run as they are.
-    grading = open_run(source_nb, sandbox=isolation.unavailable_reason() is None)
+    # The teacher's own notebooks: sandboxed where bwrap runs, else run as they are (as root
+    # too, where no unprivileged user can run them: they are not a student's code).
+    grading = open_run(source_nb, sandbox=isolation.unavailable_reason() is None,
+                       allow_root=True)
     work = Path(tempfile.mkdtemp(prefix="gml-assign-"))
     try:
         from concurrent.futures import ThreadPoolExecutor

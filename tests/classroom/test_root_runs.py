@@ -98,3 +98,13 @@ def test_open_run_leaves_no_kit_behind_when_it_refuses(course, tmp_path, monkeyp
         grade.open_run(grade.read_notebook(M.SOURCE), sandbox=False)
     assert "setpriv is not installed" in refused.value.reason
     assert list((tmp_path / "kits").iterdir()) == []
+
+
+def test_assign_still_checks_the_teachers_own_notebooks(course, tmp_path, monkeypatch, capsys):
+    # the teacher's source and student version are not a student's code: without bwrap, as
+    # root where no unprivileged user can run them, they still run (the rule is for grading)
+    monkeypatch.setattr(isolation, "unavailable_reason", lambda: "bwrap is not installed")
+    status = main(["assign", str(course["source"]), str(tmp_path / "release")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "the source passes every test; the student version fails every test" in out
