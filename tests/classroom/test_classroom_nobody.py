@@ -26,7 +26,8 @@ nbformat = pytest.importorskip("nbformat")
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 import make_submissions as M  # noqa: E402
-from nobody_python import python_for_nobody, skip_or_fail, unprivileged_mode  # noqa: E402,F401
+from nobody_python import (bin_without, python_for_nobody, skip_or_fail,  # noqa: E402,F401
+                           unprivileged_mode)
 
 from gpumemlab.classroom import grade  # noqa: E402
 from gpumemlab.classroom.isolation import unprivileged  # noqa: E402
@@ -174,12 +175,7 @@ def test_the_teacher_is_told_what_nobody_can_reach(course, graded):
 
 def test_without_setpriv_and_allowed_the_run_says_it_runs_as_root(tmp_path, monkeypatch):
     """With ``allow_root`` only (``--allow-root-runs``); without it, ``test_root_runs``."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for prog in Path("/usr/bin").iterdir():
-        if prog.name != "setpriv":
-            (bin_dir / prog.name).symlink_to(prog)
-    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("PATH", bin_without(tmp_path / "bin", "setpriv"))
     run = grade.open_run(grade.read_notebook(M.SOURCE), sandbox=False, allow_root=True)
     try:
         assert run.runs_as == "root" and "setpriv is not installed" in run.unprivileged_reason

@@ -10,12 +10,12 @@ to believe it is (the refusal is the root grader's rule).
 """
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
 import make_submissions as M  # noqa: E402
+from nobody_python import bin_without  # noqa: E402
 
 from gpumemlab.classroom import isolation  # noqa: E402
 from gpumemlab.classroom.build import student_version  # noqa: E402
@@ -51,12 +51,7 @@ def _tree(tmp_path, allow_root_runs: bool) -> dict:
 
 @pytest.fixture
 def no_bwrap_no_setpriv(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    for prog in Path("/usr/bin").iterdir():
-        if prog.name not in ("setpriv", "bwrap"):
-            (bin_dir / prog.name).symlink_to(prog)
-    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("PATH", bin_without(tmp_path / "bin", "setpriv", "bwrap"))
     monkeypatch.setattr(isolation, "unavailable_reason",
                         lambda: "bwrap is not installed (Debian: apt-get install bubblewrap)")
     if os.geteuid() != 0:
