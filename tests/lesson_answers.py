@@ -15,15 +15,21 @@ RIGHT = {
 }
 
 
-def _largest_after_empty_cache():
-    import gpumemlab as gml
-    from gpumemlab.lessons.reading_the_evidence import evidence_state
+def _segments_to_empty_03():
+    # the reasoning itself: empty_cache() returns only whole free segments, so free the live
+    # tensors of the segments that hold the fewest live bytes, as many as the budget allows
+    from gpumemlab.lessons.reading_the_evidence import FREE_AT_MOST_03, evidence_state
     gpu, _rec = evidence_state()
-    gpu.empty_cache()
-    return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
+    live = {i: sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+            for i, s in enumerate(gpu.memory_snapshot())}
+    chosen, spent = [], 0
+    for i in sorted((i for i in live if live[i]), key=live.get):
+        if spent + live[i] <= FREE_AT_MOST_03:
+            chosen, spent = chosen + [i], spent + live[i]
+    return chosen
 
 
-RIGHT["03.ex"] = _largest_after_empty_cache
+RIGHT["03.ex"] = _segments_to_empty_03
 
 
 def _largest_max_split_05():

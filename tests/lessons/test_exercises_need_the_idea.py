@@ -1,16 +1,72 @@
 """Exercises that need the lesson's idea (issue 35 item 4): the answers a learner gives without it
-fail, here for 01.ex, whose task once accepted three copies of the size the lesson had just shown."""
-from gpumemlab.lessons import judge_json
+fail, each with a message that names the rule it misses, and the lesson's own calls do not hand
+the answer over. 01.ex once accepted three copies of the size the lesson had just shown; 03.ex
+once asked for a size that ``empty_cache()`` then ``gml.fragmentation`` printed directly."""
+from gpumemlab.lessons import judge, judge_json
 from gpumemlab.units import MiB
 import json
 
 
-def _passed(answer):
-    return judge_json("01.ex", json.dumps(answer))["passed"]
+def _passed(ex_id, answer):
+    return judge_json(ex_id, json.dumps(answer))["passed"]
 
 
 def test_01_ex_needs_should_split_not_the_lessons_own_size():
-    assert not _passed([MiB + 1] * 3)                    # one segment, but 16.99 MiB of it free
-    assert not _passed([8 * MiB, 8 * MiB, 4 * MiB])      # fills it, but adds up to 20 MiB
-    assert not _passed([10 * MiB, 5 * MiB, 4 * MiB])     # 10 MiB gets a segment of its own
-    assert _passed([9 * MiB, 7 * MiB, 3 * MiB + MiB // 4])   # a 0.75 MiB remainder is not split off
+    assert not _passed("01.ex", [MiB + 1] * 3)                    # one segment, 16.99 MiB free
+    assert not _passed("01.ex", [8 * MiB, 8 * MiB, 4 * MiB])      # fills it, but adds up to 20 MiB
+    assert not _passed("01.ex", [10 * MiB, 5 * MiB, 4 * MiB])     # 10 MiB gets its own segment
+    assert _passed("01.ex", [9 * MiB, 7 * MiB, 3 * MiB + MiB // 4])   # 0.75 MiB is not split off
+
+
+def _live_segments_03():
+    from gpumemlab.lessons.reading_the_evidence import evidence_state
+    gpu, _rec = evidence_state()
+    return {i: sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+            for i, s in enumerate(gpu.memory_snapshot())}
+
+
+def test_03_ex_right_answer_empties_two_segments_within_the_budget():
+    from lesson_answers import RIGHT
+    from gpumemlab.lessons.reading_the_evidence import (FREE_AT_MOST_03, RETURN_AT_LEAST_03,
+                                                        returned_after_freeing)
+    right = RIGHT["03.ex"]()
+    assert len(right) == 2 and _passed("03.ex", right)
+    freed, _ = returned_after_freeing(right)
+    extra = returned_after_freeing(right)[1] - returned_after_freeing([])[1]
+    assert freed <= FREE_AT_MOST_03 and extra >= RETURN_AT_LEAST_03
+
+
+def test_03_ex_no_single_free_and_no_call_of_the_lesson_gives_it():
+    # the old shortcut: empty_cache() then the fragmentation report names a size, not segments;
+    # the segment holding that largest free block is one half of the answer, never all of it
+    import gpumemlab as gml
+    from gpumemlab.lessons.reading_the_evidence import evidence_state
+    gpu, _rec = evidence_state()
+    gpu.empty_cache()
+    largest = gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
+    holder = [i for i, s in enumerate(_evidence_segments())
+              if any(b["state"] != "active_allocated" and b["size"] >= largest for b in s["blocks"])
+              and any(b["state"] == "active_allocated" for b in s["blocks"])]
+    assert holder and not any(_passed("03.ex", [i]) for i in holder)
+    # freeing any one segment's tensors never suffices: the answer needs two chosen together
+    live = _live_segments_03()
+    assert not any(_passed("03.ex", [i]) for i in live if live[i])
+
+
+def _evidence_segments():
+    from gpumemlab.lessons.reading_the_evidence import evidence_state
+    gpu, rec = evidence_state()      # rec holds the live tensors while the snapshot is taken
+    return gpu.memory_snapshot()
+
+
+def test_03_ex_likely_wrong_answers_name_the_rule():
+    live = _live_segments_03()
+    empty = [i for i in live if not live[i] and _evidence_segments()[i]["segment_type"] == "large"]
+    # "empty_cache() returns free blocks, so pick the biggest free ones": segments already empty
+    assert "hold no live tensor" in judge("03.ex", empty[:2]).message
+    # the segments with the most free bytes beside a big live tensor cost more than the budget
+    mostly_live = max((i for i in live if live[i]), key=live.get)
+    assert "more than" in judge("03.ex", [mostly_live]).message
+    # one segment emptied is half of what is asked
+    smallest = min((i for i in live if live[i]), key=live.get)
+    assert "short of" in judge("03.ex", [smallest]).message
