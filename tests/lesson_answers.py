@@ -120,13 +120,18 @@ def _reserved_12():
 RIGHT["12.ex"] = _reserved_12
 
 
-def _largest_kv_13():
-    # the largest whole GiB of KV cache with which the engine still wakes, found by trying each
-    from gpumemlab.lessons.serving_memory import wakes_13
-    return max(g for g in range(1, 24) if wakes_13(g)[0])
+def _layout_13():
+    # the reasoning: after empty_cache() the trainer keeps the one segment its kept tensor pins,
+    # and the engine can spare (card - graph pool - weights - KV) for it; make three activations
+    # that small (best fit puts the 2 GiB states in the fourth, large one, and the kept tensor in
+    # one of the three), the fourth takes the rest of the total
+    from gpumemlab.lessons.serving_memory import ACTS_13, CARD_13, GRAPHS_13, KV_13, WEIGHTS_13
+    from gpumemlab.units import parse_size
+    room = (parse_size(CARD_13) - parse_size(GRAPHS_13) - parse_size(WEIGHTS_13) - KV_13)
+    return [room] * 3 + [sum(ACTS_13) - 3 * room]
 
 
-RIGHT["13.ex"] = _largest_kv_13
+RIGHT["13.ex"] = _layout_13
 
 
 def _cheapest_levers_14():

@@ -70,3 +70,35 @@ def test_03_ex_likely_wrong_answers_name_the_rule():
     # one segment emptied is half of what is asked
     smallest = min((i for i in live if live[i]), key=live.get)
     assert "short of" in judge("03.ex", [smallest]).message
+
+
+# 13.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
+# lesson's own table prints (6 GiB of weights aside); now it asks for a layout of the trainer.
+def test_13_ex_the_lessons_printed_figure_no_longer_answers_it():
+    from lesson_answers import RIGHT
+    from gpumemlab.lessons.serving_memory import ACTS_13, KV_13, cycle_13
+    from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
+    printed = sleep_wake_cycle("24GiB", empty_cache_before_wake=True)   # the lesson's call
+    assert not printed.woke and KV_13 > 15 << 30      # the lesson's own KV cache already fails
+    assert not _passed("13.ex", [a for a in ACTS_13])  # its own trainer, unchanged
+    right = RIGHT["13.ex"]()
+    assert _passed("13.ex", right) and cycle_13(right)[0].woke
+
+
+def test_13_ex_likely_wrong_layouts_name_the_rule():
+    from gpumemlab.units import GiB
+    # "make them unequal": the 2 GiB states take the two 2 GiB blocks that fit them best, and
+    # the kept tensor pins a 4 GiB segment
+    v = judge("13.ex", ["4 GiB", "4 GiB", "2 GiB", "2 GiB"])
+    assert not v.passed and "best fit" in v.message and v.figures["pinned_after_empty_cache"] == 4 * GiB
+    # "one small one": the states split a 4.5 GiB block, the second takes the 2.5 GiB remainder,
+    # and the kept tensor the 0.5 GiB left of it, not the 1.5 GiB activation
+    v = judge("13.ex", ["1.5 GiB", "1.5 GiB", "4.5 GiB", "4.5 GiB"])
+    assert not v.passed and "smallest free block left" in v.message
+    assert v.figures["pinned_after_empty_cache"] == 4.5 * GiB
+    # small, but not small enough: the message says how much the engine can spare
+    v = judge("13.ex", ["6 GiB", "2 GiB", "2 GiB", "2 GiB"])
+    assert not v.passed and "spare at most 1.50 GiB" in v.message
+    # the lesson's own layout is named as such; a changed total is a shape error
+    assert "lesson's own layout" in judge("13.ex", ["3 GiB"] * 4).message
+    assert "adding up to" in judge("13.ex", ["1 GiB"] * 4).message
