@@ -102,3 +102,24 @@ def test_13_ex_likely_wrong_layouts_name_the_rule():
     # the lesson's own layout is named as such; a changed total is a shape error
     assert "lesson's own layout" in judge("13.ex", ["3 GiB"] * 4).message
     assert "adding up to" in judge("13.ex", ["1 GiB"] * 4).message
+
+
+# 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs.
+def test_11_ex_one_capture_of_the_lesson_does_not_answer_it():
+    from lesson_answers import RIGHT
+    from gpumemlab.lessons.pools_and_graphs import capture_graphs, reserved_11
+    # the lesson's calls: largest first and smallest first; neither order is an answer
+    gpu, _g, _o = capture_graphs([8, 4, 2, 1])
+    assert not _passed("11.ex", [[8, 4, 2, 1]]) and not _passed("11.ex", [[1, 2, 4, 8]])
+    right = RIGHT["11.ex"]()
+    assert _passed("11.ex", right) and len(right) == 6
+    assert all(reserved_11(o) == gpu.memory_reserved() for o in right)
+    # half the list (the orders with 8 second, what "8 early" suggests) is not enough
+    assert not _passed("11.ex", [o for o in right if o[1] == 8])
+
+
+def test_11_ex_likely_wrong_orders_name_the_rule():
+    assert "batch 4 comes before batch 8" in judge("11.ex", [[4, 8, 2, 1]]).message
+    assert "smallest-first order the lesson ran" in judge("11.ex", [[1, 2, 4, 8]]).message
+    assert "need not be captured second" in judge("11.ex", [[2, 8, 4, 1], [1, 8, 4, 2]]).message
+    assert "captures batch 8 first" in judge("11.ex", [[8, 4, 2, 1]]).message
