@@ -45,8 +45,8 @@ def cycle_13(activations) -> tuple:
           f"makes four activations adding up to {format_size(sum(ACTS_13))} (the lesson's are "
           f"four of {format_size(ACTS_13[0])}); keep their total, and choose their sizes so "
           "that the engine wakes up.",
-          f"a list of four sizes adding up to {format_size(sum(ACTS_13))}, like "
-          "['1 GiB', 1073741824, ...]",
+          f"a list of four sizes adding up to {format_size(sum(ACTS_13))}, each in bytes or a "
+          "string with a unit (MiB, GiB)",
           hints=("After empty_cache(), what does the trainer's caching allocator still hold, and "
                  "how much room does the engine need?",
                  "The 64 MiB tensor kept after the step pins the whole segment it was carved "

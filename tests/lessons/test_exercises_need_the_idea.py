@@ -123,3 +123,12 @@ def test_11_ex_likely_wrong_orders_name_the_rule():
     assert "smallest-first order the lesson ran" in judge("11.ex", [[1, 2, 4, 8]]).message
     assert "need not be captured second" in judge("11.ex", [[2, 8, 4, 1], [1, 8, 4, 2]]).message
     assert "captures batch 8 first" in judge("11.ex", [[8, 4, 2, 1]]).message
+
+
+def test_answer_formats_say_the_shape_and_show_no_value():
+    # an example value in the format string is a candidate answer handed over (06.ex's was its
+    # own stub, 02.ex's too): the format names units and ranges, never a sample answer
+    import re
+    from gpumemlab.lessons import all_exercises
+    for ex in all_exercises():
+        assert not re.search(r"\blike\b|e\.g\.|such as|for example", ex.expects), ex.id
