@@ -15,15 +15,21 @@ RIGHT = {
 }
 
 
-def _largest_after_empty_cache():
-    import gpumemlab as gml
-    from gpumemlab.lessons.reading_the_evidence import evidence_state
+def _segments_to_empty_03():
+    # the reasoning itself: empty_cache() returns only whole free segments, so free the live
+    # tensors of the segments that hold the fewest live bytes, as many as the budget allows
+    from gpumemlab.lessons.reading_the_evidence import FREE_AT_MOST_03, evidence_state
     gpu, _rec = evidence_state()
-    gpu.empty_cache()
-    return gml.fragmentation(gpu.snapshot())["largest_request_now_bytes"]
+    live = {i: sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+            for i, s in enumerate(gpu.memory_snapshot())}
+    chosen, spent = [], 0
+    for i in sorted((i for i in live if live[i]), key=live.get):
+        if spent + live[i] <= FREE_AT_MOST_03:
+            chosen, spent = chosen + [i], spent + live[i]
+    return chosen
 
 
-RIGHT["03.ex"] = _largest_after_empty_cache
+RIGHT["03.ex"] = _segments_to_empty_03
 
 
 def _largest_max_split_05():
@@ -40,13 +46,16 @@ def _largest_max_split_05():
 RIGHT["05.ex"] = _largest_max_split_05
 
 
-def _reserved_11():
-    from gpumemlab.lessons.pools_and_graphs import ORDER_11, capture_graphs
-    gpu, _graphs, _outs = capture_graphs(ORDER_11)
-    return gpu.memory_reserved()
+def _orders_11():
+    # the reasoning: batch 4's 12 MiB temporaries need segments of their own unless batch 8's
+    # 24 MiB ones were freed before them; the 6 MiB and 3 MiB ones share 20 MiB segments anyway.
+    # So: every order with 8 not first and 4 after 8
+    from itertools import permutations
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_11
+    return [list(o) for o in permutations(BATCHES_11) if o[0] != 8 and o.index(4) > o.index(8)]
 
 
-RIGHT["11.ex"] = _reserved_11
+RIGHT["11.ex"] = _orders_11
 
 
 def _largest_06():
@@ -114,13 +123,18 @@ def _reserved_12():
 RIGHT["12.ex"] = _reserved_12
 
 
-def _largest_kv_13():
-    # the largest whole GiB of KV cache with which the engine still wakes, found by trying each
-    from gpumemlab.lessons.serving_memory import wakes_13
-    return max(g for g in range(1, 24) if wakes_13(g)[0])
+def _layout_13():
+    # the reasoning: after empty_cache() the trainer keeps the one segment its kept tensor pins,
+    # and the engine can spare (card - graph pool - weights - KV) for it; make three activations
+    # that small (best fit puts the 2 GiB states in the fourth, large one, and the kept tensor in
+    # one of the three), the fourth takes the rest of the total
+    from gpumemlab.lessons.serving_memory import ACTS_13, CARD_13, GRAPHS_13, KV_13, WEIGHTS_13
+    from gpumemlab.units import parse_size
+    room = (parse_size(CARD_13) - parse_size(GRAPHS_13) - parse_size(WEIGHTS_13) - KV_13)
+    return [room] * 3 + [sum(ACTS_13) - 3 * room]
 
 
-RIGHT["13.ex"] = _largest_kv_13
+RIGHT["13.ex"] = _layout_13
 
 
 def _cheapest_levers_14():

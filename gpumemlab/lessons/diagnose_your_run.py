@@ -35,7 +35,7 @@ def fits_09(total_memory: int, conf: str = "expandable_segments:True") -> bool:
           "the OOM the lesson diagnoses) with expandable_segments:True on smaller and smaller "
           "cards. What is the smallest card size on which it runs without an OOM? Answer to "
           "within 2 MiB.",
-          "a size, like '1.5 GiB' or '1500 MiB'",
+          "a size: bytes, or a string with a unit (B, KiB, MiB, GiB)",
           hints=("gml.replay(recording, alloc_conf='expandable_segments:True', "
                  "total_memory=size).oom is None means it fits.",
                  "It fits on the recorded card (gml.replay(recording).total_memory); bisect "

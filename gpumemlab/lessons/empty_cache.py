@@ -53,7 +53,7 @@ def _fewest_04() -> int:
           "After phase 2 another process asks the driver for 5 GiB. Choose after which phases "
           "to call empty_cache() so that the other process gets its 5 GiB, with as few "
           "cudaMalloc calls as any choice allows.",
-          "a list of phase numbers from 0 to 5, like [1, 4] (or [] for never)",
+          "a list of phase numbers, each from 0 to 5 (the empty list for never)",
           hints=("Never calling it leaves the evaluation pass's 6 GiB cached: the other process "
                  "finds 2 GiB on the driver.",
                  "Every call returns the cache, and the next phase pays a cudaMalloc again.",

@@ -39,7 +39,7 @@ PAGE_06 = 20 * MiB
           "1 GiB tensors are made and tensors 0, 2, 4 and 6 are freed "
           "(gpumemlab.lessons.expandable_segments.fragmented_06). What is the largest single "
           "tensor that can then be allocated? Answer to within one 20 MiB page.",
-          "a size, like '2 GiB' or '4700 MiB'",
+          "a size: bytes, or a string with a unit (B, KiB, MiB, GiB)",
           hints=("With expandable segments, free holes can be unmapped: their physical memory "
                  "goes back to the driver and can be mapped again elsewhere.",
                  "Count what stays: the live tensors, and the pages they only partly fill.",

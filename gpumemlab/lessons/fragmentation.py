@@ -22,7 +22,7 @@ def seven_blocks(gpu):
           "On lesson 02's 8 GiB card seven 1 GiB tensors (0 to 6) sit side by side in one 7 GiB "
           "segment. Free exactly four of them, chosen so that a 3 GiB tensor then fits in the "
           "cache, with no new cudaMalloc.",
-          "a list of four tensor numbers from 0 to 6, like [0, 2, 4, 6]",
+          "a list of four tensor numbers, each from 0 to 6",
           hints=("Freed blocks merge only with free neighbours in the same segment.",
                  "A 3 GiB tensor needs three free 1 GiB blocks side by side.",
                  "Free three neighbours, e.g. 2, 3 and 4, and any fourth."),

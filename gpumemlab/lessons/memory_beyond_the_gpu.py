@@ -123,7 +123,7 @@ def offload_fits_host(threshold_mb) -> dict:
           f"{EX_HOST_15[:-3]} MiB. Give the largest pinned_max_round_threshold_mb (a whole number "
           "of MiB) under which the step runs without a host OOM: a smaller threshold also "
           "fits, but would stop rounding small buffers the cache reuses well.",
-          "a whole number of MiB, like 16",
+          "a whole number of MiB (an int)",
           hints=("Which requests does the host allocator round: those at most the threshold, or "
                  "those above it? Section 3's table shows the rule at its edge.",
                  "Rounded, each activation takes the next power of two. Compare the layer count "

@@ -94,7 +94,7 @@ def _as_lists(value):
           f"later: {STEPS_10} steps of {BATCH_10} samples, preds.append(<your expression of out>). "
           "Write the expression so that the kept values are each sample's predicted class "
           "(out.argmax(1)) and gml.growth finds no bytes that stay.",
-          "an expression on out, like \"out.detach()\" (methods: " + ", ".join(sorted(_METHODS))
+          "an expression on out, a chain of method calls (methods: " + ", ".join(sorted(_METHODS))
           + ")",
           hints=("out.detach() drops the graph, but the storage is the output's own: it stays.",
                  "A tensor of classes is smaller than the output, but it is still a tensor that "

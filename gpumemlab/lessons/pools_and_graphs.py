@@ -1,11 +1,11 @@
 """Lesson 11's workload and exercise: CUDA graphs for several batch sizes captured into one shared
-private pool, where the capture order decides how much the pool reserves. The exercise asks what
-an order the lesson never runs reserves; the judge captures it on a fresh ``SimulatedGPU`` at
-judge time (see ``lesson_exercises`` for the contract)."""
+private pool, where the capture order decides how much the pool reserves. The exercise asks for every
+order that does not start with the largest batch yet reserves as little; the judge captures all
+24 on fresh ``SimulatedGPU`` cards at judge time (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
-from gpumemlab.units import MiB
-from gpumemlab.quizkit.exercise_base import exact, exercise, size_answer
+from gpumemlab.units import format_size, MiB
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
 CARD_11 = "8GiB"
@@ -38,36 +38,81 @@ def capture_graphs(batches, share: bool = True, total_memory=CARD_11, alloc_conf
     return gpu, graphs, outs
 
 
-ORDER_11 = [4, 8, 2, 1]      # an order the lesson never runs: the exercise asks what it reserves
+BATCHES_11 = (8, 4, 2, 1)    # the lesson's four graphs; largest first is the order it recommends
 
 
-@exercise("11.ex", "what a capture order reserves",
+def reserved_11(order) -> int:
+    """What the shared pool reserves once the graphs are captured in ``order`` (bytes)."""
+    gpu, _graphs, _outs = capture_graphs(list(order))
+    return gpu.memory_reserved()
+
+
+def _orders_answer(answer) -> list:
+    want = sorted(BATCHES_11)
+    if not isinstance(answer, list) or not all(
+            isinstance(o, list) and sorted(o) == want and
+            all(isinstance(b, int) and not isinstance(b, bool) for b in o) for o in answer):
+        raise AnswerShapeError(f"the answer is a list of orders, each a list of the batch sizes "
+                               f"{list(BATCHES_11)} in some order")
+    orders = [tuple(o) for o in answer]
+    if len(set(orders)) != len(orders):
+        raise AnswerShapeError("an order is listed twice")
+    return orders
+
+
+@exercise("11.ex", "capture orders that need not start with the largest",
           "Four CUDA graphs, for batch sizes 8, 4, 2 and 1, are captured one after the other into "
-          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs), in the order "
-          f"{ORDER_11}: the middle batch first. How much memory does the pool reserve once all "
-          "four are captured? Work it out from the segment rules and the captured step "
-          "(help(captured_step)), then check.",
-          "a size, like '94 MiB' or a number of bytes (exact: reserved memory is whole segments)",
+          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs). Captured largest "
+          "first, the pool reserves the least any order can. List EVERY order in which batch 8 "
+          "is NOT captured first and the pool still reserves no more than largest first. Work "
+          "it out from the segment rules and the captured step (help(captured_step)), then check.",
+          "a list of orders, each a list of the four batch sizes",
           hints=("Batch b's step asks for three temporaries of 3 MiB x b, freed at the end of its "
                  "capture, and an output of 1 MiB x b that stays.",
                  "The segment rules of lesson 01: a request of 10 MiB or more gets a segment of "
                  "its own size (rounded up to 2 MiB); one between 1 and 10 MiB gets a 20 MiB "
                  "segment that later such requests share.",
-                 "A freed block in the pool serves any later request up to its size, never a "
-                 "bigger one: go capture by capture and add up the segments each one needs."),
-          stub="0 MiB")
+                 "A freed block serves any later request up to its size, never a bigger one. "
+                 "Which batches' temporaries get segments of their own, and which of them must "
+                 "therefore come after which?"),
+          stub=[])
 def _judge_11(answer):
-    size = size_answer(answer, name="the reserved memory")
-    gpu, graphs, outs = capture_graphs(ORDER_11)
-    reserved = gpu.memory_reserved()
-    segments = len(gpu.memory_snapshot())
-    figures = {"answer_bytes": size, "order": ORDER_11, "segments": segments}
-    if size == reserved:
-        return True, (f"capturing {ORDER_11}, the shared pool reserves {exact(reserved)} in "
-                      f"{segments} segments"), figures
-    side = "less" if size > reserved else "more"
-    return False, (f"capturing {ORDER_11}, the shared pool reserves {side} than "
-                   f"{exact(size)}"), figures
+    from itertools import permutations
+
+    orders = _orders_answer(answer)
+    largest_first = tuple(sorted(BATCHES_11, reverse=True))
+    least = reserved_11(largest_first)
+    reserved = {o: reserved_11(o) for o in permutations(BATCHES_11)}
+    wanted = {o for o, r in reserved.items() if o[0] != largest_first[0] and r <= least}
+    figures = {"orders": [list(o) for o in orders], "least_reserved": least,
+               "reserved": {"-".join(map(str, o)): reserved[o] for o in orders}}
+    first = [o for o in orders if o[0] == largest_first[0]]
+    if first:
+        return False, (f"{list(first[0])} captures batch {largest_first[0]} first: the task asks "
+                       f"for the orders that do not"), figures
+    more = [o for o in orders if o not in wanted]
+    if more:
+        o = more[0]
+        why = f"{list(o)} reserves {format_size(reserved[o])}, more than {format_size(least)}"
+        if o == tuple(sorted(BATCHES_11)):
+            why += ": that is the smallest-first order the lesson ran"
+        elif o.index(4) < o.index(8):
+            why += (": batch 4 comes before batch 8, so its three 12 MiB temporaries (10 MiB or "
+                    "more: a segment each) are opened before batch 8's 24 MiB ones exist to be "
+                    "freed and reused")
+        return False, why, figures
+    if not orders:
+        return False, (f"no order listed: captured largest first the pool reserves "
+                       f"{format_size(least)}; which other orders reserve no more?"), figures
+    if len(orders) < len(wanted):
+        why = (f"each order you list reserves {format_size(least)}, but {len(wanted) - len(orders)} "
+               f"more order(s) do as well")
+        if all(o[1] == largest_first[0] for o in orders):
+            why += f": batch {largest_first[0]} need not be captured second"
+        return False, why, figures
+    return True, (f"these {len(orders)} orders reserve {format_size(least)}, as largest first "
+                  f"does: what matters is which captures come after batch "
+                  f"{largest_first[0]}, not that it comes first"), figures
 
 
 # -- the lesson's predict questions (see why_a_cache)

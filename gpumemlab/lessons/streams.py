@@ -41,7 +41,7 @@ def side_stream_loop(gpu, steps: int, nbytes: int, *, record: bool = True):
           "stream stays busy for the whole loop. Starting from a fresh card with default "
           "settings, how much does the card reserve at the end of the loop, before anything "
           "synchronizes?",
-          "a size, like '3 MiB' or 3145728",
+          "a size: bytes, or a string with a unit (B, KiB, MiB, GiB)",
           hints=("A block freed after record_stream on a busy stream is pending, not free: "
                  "every step needs new room.",
                  "Requests between 1 MiB and 10 MiB get a 20 MiB segment (kLargeBuffer); how "

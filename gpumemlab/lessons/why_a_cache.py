@@ -22,7 +22,7 @@ FULL_BELOW_01 = 19 * MiB + MiB // 2     # the sizes must add up to at most this
           "card all three live in one 20 MiB segment (one cudaMalloc) and memory_allocated() "
           "reads the whole 20.00 MiB, although the three sizes you ask for add up to at most "
           f"{format_size(FULL_BELOW_01)}.",
-          "a list of three sizes, like [4 * MiB, '3 MiB', 1234567]",
+          "a list of three sizes, each in bytes, or a string with a unit (B, KiB, MiB, GiB)",
           hints=("Which requests are in the large pool, and which of them share a 20 MiB segment? "
                  "Look at the round_size table.",
                  "Rule 2: a large-pool remainder is split off only when it is more than 1 MiB. "

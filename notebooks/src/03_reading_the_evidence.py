@@ -313,20 +313,22 @@ print(gml.fragmentation(gpu.snapshot(), total_memory=gpu.total_memory))
 rec.held.clear()      # free the scenario's tensors
 
 # %% [markdown]
-# ## Exercise: what the cache still serves after `empty_cache()`
+# ## Exercise: what to free so that `empty_cache()` gives back more
 #
-# The same scenario on a fresh 8 GiB simulated card, tensors kept. Investigate it with the tools
-# above. Then suppose the program calls `empty_cache()`, which hands back to the driver every
-# cached segment that holds no live tensor: what is the largest request that then succeeds
-# **without** a new `cudaMalloc`? Reason from the evidence of the state as it is; the check
-# rebuilds the state, calls `empty_cache()`, and tries your size and the next size up.
+# The same scenario on a fresh 8 GiB simulated card, tensors kept. The program may free some of
+# its live tensors, adding up to a small budget, before it calls `empty_cache()`. Which segments
+# (their numbers in `gml.text_blockmap`) should it free every live tensor of, so that
+# `empty_cache()` then hands back a given amount more than it would with nothing freed? The task
+# below gives the budget and the amount. Reason from the block map of the state as it is; the
+# check rebuilds the state, frees the live tensors of your segments, calls `empty_cache()` and
+# measures what came back.
 
 # %% tags=["exercise"]
 gml.exercise("03.ex")
 case = gml.SimulatedGPU("8GiB", alloc_conf="")
 case_record = gml.scenarios.train_step_like(case, release=False)   # the state to investigate
-my_answer = "1 GiB"        # change this: a size, e.g. "37 MiB", or bytes
-gml.exercise.check("03.ex", my_answer)
+my_segments = []          # change this: segment numbers, as gml.text_blockmap(case.snapshot()) shows
+gml.exercise.check("03.ex", my_segments)
 
 # %% [markdown]
 # ## On your GPU: a training step's evidence

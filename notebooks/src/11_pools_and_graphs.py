@@ -404,15 +404,16 @@ assert history[2][1] < history[1][1] and history[3][1] == 0
 # %% [markdown]
 # ## Exercise
 #
-# Four graphs for batch sizes 8, 4, 2 and 1 share one pool, captured in an order the lesson did
-# not run: 4 first, then 8, 2 and 1. How much does the pool reserve once all four are captured?
+# Four graphs for batch sizes 8, 4, 2 and 1 share one pool. Captured largest first, the pool
+# reserves the least any order can. Must batch 8 come first for that? List **every** order in
+# which batch 8 is not captured first and the pool still reserves no more than largest first.
 # Work it out from the captured step and the segment rules before you run anything; the check
-# captures that order and compares.
+# captures every order and compares.
 
 # %% tags=["exercise"]
 gml.exercise("11.ex")
-my_reserved = "0 MiB"      # change this: a size, e.g. "37 MiB", or bytes
-gml.exercise.check("11.ex", my_reserved)
+my_orders = []      # change this: a list of orders, each a list like [8, 4, 2, 1]
+gml.exercise.check("11.ex", my_orders)
 
 # %% [markdown]
 # ### All 24 orders, with and without expandable segments

@@ -227,16 +227,18 @@ assert cycles["empty_cache() with expandable_segments:True"].woke
 print(gml.experiment(["graph_pool_outputs"], gpu))
 
 # %% [markdown]
-# ## Exercise: the largest KV cache that still wakes up
+# ## Exercise: lay out the trainer so that the engine wakes with more
 #
-# Same card, same engine weights and graphs, same trainer, `empty_cache()` before the wake-up,
-# default allocator settings. Give the **largest** KV cache, in whole GiB, for which the engine
-# wakes up. The check runs the cycle with your size and one GiB more.
+# Same card, same engine weights and graphs, `empty_cache()` before the wake-up, default
+# allocator settings, but the engine now wants a larger KV cache than the 15 GiB above (the task
+# says how much). The trainer's batch is the same, so its four activations keep their total; you
+# choose their sizes. Give four sizes under which the engine wakes up. The check runs the cycle
+# with a `kv.TrainerStep` whose activations are yours.
 
 # %% tags=["exercise"]
 gml.exercise("13.ex")
-my_kv_gib = 15        # change this
-gml.exercise.check("13.ex", my_kv_gib)
+my_activations = ["3 GiB", "3 GiB", "3 GiB", "3 GiB"]   # change this: four sizes, same total
+gml.exercise.check("13.ex", my_activations)
 
 # %%
 gml.quiz("13")

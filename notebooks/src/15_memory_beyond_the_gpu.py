@@ -358,7 +358,7 @@ assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["a
 
 # %% tags=["exercise"]
 gml.exercise("15.ex")
-my_threshold = None          # change this: a whole number of MiB, such as 16
+my_threshold = None          # change this: a whole number of MiB
 gml.exercise.check("15.ex", my_threshold)
 
 # %% [markdown]

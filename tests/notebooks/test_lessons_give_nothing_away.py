@@ -241,13 +241,18 @@ def test_no_earlier_lesson_tells_a_choice_answer(question):
 def _exercise_answer_shown(text, answer, ex_id=None):
     """What in ``text`` gives ``answer`` away: for a size, a size near it that the judge accepts;
     for a count (a batch, a block size), the answer named where its neighbours are not (a sweep
-    that lists every candidate names none); for a list, its items in order; else the text."""
+    that lists every candidate names none); for a list, its items in order (for a list of orders,
+any one of them); else the text."""
     from gpumemlab.lessons import judge
 
     if isinstance(answer, dict):   # a combination of levers: a count in it, named or as blocks
         counts = [v for v in answer.values() if isinstance(v, int) and not isinstance(v, bool)]
         return next((shown for k in counts for shown in
                      [_exercise_answer_shown(text, list(range(k))), _count_named(text, k)]
+                     if shown), None)
+    if isinstance(answer, list) and answer and all(isinstance(a, list) for a in answer):
+        # a list of orders: any one of them listed gives part of it away
+        return next((shown for a in answer for shown in [_exercise_answer_shown(text, a)]
                      if shown), None)
     if isinstance(answer, list):
         numbers = [str(a) for a in answer]
@@ -326,6 +331,9 @@ def test_the_finder_sees_the_spoilers_it_is_for():
     assert _exercise_answer_shown("with 4-token blocks the waste is 4.1 %", 4)
     assert not _exercise_answer_shown("block 2: 0.3 %, block 4: 0.5 %, block 8: 1.0 %", 4)
     assert _exercise_answer_shown("reserves 130.00 MiB", 130 << 20)
+    orders = [[2, 8, 4, 1], [1, 2, 8, 4]]
+    assert _exercise_answer_shown("e.g. [1, 2, 8, 4] reaches it", orders)
+    assert not _exercise_answer_shown("capture order [8, 4, 2, 1]: 94.00 MiB", orders)
     md = nbformat.v4.new_markdown_cell
     cells = [md("## Not a leak: Adam's state"), nbformat.v4.new_code_cell(
         'ax.set_title("yes, from the cache")'), nbformat.v4.new_code_cell('gml.predict("02.p2", "?")')]
