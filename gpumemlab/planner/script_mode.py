@@ -181,10 +181,25 @@ def data_factories_on_cpu():
     CPU and copies it to the device with the Python dispatch key excluded
     (``internal_new_from_data`` in torch/csrc/utils/tensor_new.cpp), out of the fake mode's sight,
     which a CPU-only torch cannot do; here the CPU tensor is made, then moved with ``.to`` (which
-    the fake mode sees). The same copy inside C++ indexing with a list (``t[:, [-1]]``) cannot be
-    reached from Python and still stops the plan."""
+    the fake mode sees). C++ indexing with a list (``t[:, [-1]]``) makes the same hidden copy, so a
+    flat list of ints indexing a device tensor is turned into an index tensor moved with ``.to``
+    first (same result, same memory)."""
     import torch
     real_tensor, real_as_tensor = torch.tensor, torch.as_tensor
+    real_getitem = torch.Tensor.__getitem__
+
+    def _int_list(item) -> bool:
+        return isinstance(item, list) and bool(item) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in item)
+
+    def getitem(self, index):
+        if self.device.type != "cpu":
+            if _int_list(index):
+                index = real_tensor(index).to(self.device)
+            elif isinstance(index, tuple) and any(_int_list(i) for i in index):
+                index = tuple(real_tensor(i).to(self.device) if _int_list(i) else i
+                              for i in index)
+        return real_getitem(self, index)
 
     def tensor(data, *args, device=None, **kwargs):
         if not _non_cpu(device):
@@ -199,7 +214,9 @@ def data_factories_on_cpu():
         return real_as_tensor(data, dtype=dtype).to(device)
 
     torch.tensor, torch.as_tensor = tensor, as_tensor
+    torch.Tensor.__getitem__ = getitem
     try:
         yield
     finally:
         torch.tensor, torch.as_tensor = real_tensor, real_as_tensor
+        torch.Tensor.__getitem__ = real_getitem
