@@ -312,9 +312,11 @@ for share in (False, True):
 
 # %% [markdown]
 # Sharing one pool lets each later (smaller) capture reuse what the earlier ones freed. The
-# order still matters, the allocation-order story of part 1 inside a pool: capture the largest
-# batch first and the smaller captures fit in its free blocks; capture the smallest first and
-# every larger capture needs new segments.
+# order still matters, the allocation-order story of part 1 inside a pool: a freed block can be
+# split for a smaller request but never grows for a bigger one, so a capture fits in what an
+# earlier, larger capture freed, and a larger capture after a smaller one needs new segments.
+# Largest first is one order that reaches the least any order can; whether it is the only one
+# is the exercise's question.
 
 # %% tags=["predict"]
 gml.predict("11.p4", "Shared pool, batches captured smallest first (1, 2, 4, 8): how much is "
@@ -332,6 +334,9 @@ gml.reveal("11.p4", by_order[(1, 2, 4, 8)][0].memory_reserved())
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert by_order[(8, 4, 2, 1)][0].memory_reserved() < by_order[(1, 2, 4, 8)][0].memory_reserved()
+import itertools as _it
+assert by_order[(8, 4, 2, 1)][0].memory_reserved() == min(
+    capture_graphs(list(_o), share=True)[0].memory_reserved() for _o in _it.permutations((1, 2, 4, 8)))
 
 # %% [markdown]
 # The two captures over time: each step is one allocator event. Smallest first, every capture
