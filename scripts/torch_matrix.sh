@@ -19,9 +19,10 @@ build="$("$venv/bin/python" -c 'import torch; print(torch.__version__, "CUDA" if
 echo "torch_matrix: $build in $venv"
 cd "$root"
 export MPLBACKEND=Agg GPUMEMLAB_HEADLESS=1
-# the planner's own tests only: tests/planner and the flat planner files while they still exist
+# the planner's tests plus fake capture and snapshot reading (issue 33 item 1)
 tests=(tests/planner)
-for f in tests/test_planner.py tests/test_planner_fake_cuda.py tests/test_cli_plan.py tests/test_fake_capture.py; do
+for f in tests/recordings/test_fake_capture.py tests/recordings/test_capture.py tests/recordings/test_snapshot_io.py \
+         tests/test_planner.py tests/test_planner_fake_cuda.py tests/test_cli_plan.py tests/test_fake_capture.py; do
     [ -e "$f" ] && tests+=("$f")
 done
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"

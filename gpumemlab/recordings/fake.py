@@ -77,6 +77,9 @@ class FakeSession:
     def __enter__(self):
         import torch
         stack = contextlib.ExitStack()
+        # the fake mode first: on a CUDA build without a driver torch's own no-op device guard
+        # then carries .to("cuda") and forward before is_available is patched to say True
+        stack.enter_context(self.mode)
         if self.device == "cuda":
             stack.enter_context(_patched(torch.cuda, "is_available", lambda: True))
             stack.enter_context(_patched(torch.cuda, "is_bf16_supported", lambda *a, **k: True))
@@ -85,7 +88,6 @@ class FakeSession:
         if not _ORIGINAL_APPLY:
             _ORIGINAL_APPLY.append(torch.nn.Module.__dict__["_apply"])
         stack.enter_context(_patched(torch.nn.Module, "_apply", _module_apply))
-        stack.enter_context(self.mode)
         self._stacks.append(stack)
         return self
 
