@@ -132,7 +132,9 @@ def _number(qid: str, answer, unit: str) -> float:
                 raise AnswerError(f"{qid}: cannot read {_short(answer)} as a number") from None
 
             try:
-                value = parse_size(text.replace(" ", ""), name="answer") / UNITS[unit]
+                # a learner types a size as the lesson prints it, "14.90 GiB": to the byte below
+                value = parse_size(text.replace(" ", ""), name="answer",
+                                   round_down=True) / UNITS[unit]
             except (TypeError, ValueError) as exc:
                 raise AnswerError(f"{qid}: {exc}") from None
     else:
@@ -145,10 +147,17 @@ def _close(got: float, expected: float, tolerance: float) -> bool:
     return abs(got - expected) <= tolerance + 1e-9 * max(1.0, abs(expected))
 
 
+def expected_in_unit(spec: dict, unit: str) -> float:
+    """The key in the question's unit: a simulator measurement is bytes, an ``expr`` is
+    already written in the unit (docs/QUIZZES.md: ``... / MiB``)."""
+    value = compute(spec)
+    return value if "expr" in spec else value / UNITS[unit]
+
+
 def _judge_numeric(q, answer, seed):
 
     unit = q.data["unit"]
-    expected = compute(q.data["compute"]) / UNITS[unit]
+    expected = expected_in_unit(q.data["compute"], unit)
     got = read_number(q.id, answer, unit)
     return _close(got, expected, q.data.get("tolerance", 0)), "", \
         f"The simulated GPU gives {_num(round(expected, 6))} {unit}."
