@@ -314,7 +314,8 @@ for share in (False, True):
 # Sharing one pool lets each later (smaller) capture reuse what the earlier ones freed. The
 # order still matters, the allocation-order story of part 1 inside a pool: a freed block can be
 # split for a smaller request but never grows for a bigger one, so a capture fits in what an
-# earlier, larger capture freed, and a larger capture after a smaller one needs new segments.
+# earlier, larger capture freed, and a larger capture after a smaller one needs new segments once
+# its requests outgrow the blocks the smaller one freed.
 # Largest first is one order that reaches the least any order can; whether it is the only one
 # is the exercise's question.
 
@@ -338,10 +339,24 @@ import itertools as _it
 assert by_order[(8, 4, 2, 1)][0].memory_reserved() == min(
     capture_graphs(list(_o), share=True)[0].memory_reserved() for _o in _it.permutations((1, 2, 4, 8)))
 
+# %%
+steps_by_order = {}
+for order in ([1, 2, 4, 8], [8, 4, 2, 1]):
+    steps_by_order[tuple(order)] = [capture_graphs(order[:k], share=True)[0].memory_reserved()
+                                    for k in range(1, len(order) + 1)]
+    print(f"captured {order}: reserved after each capture "
+          + ", ".join(fmt(r) for r in steps_by_order[tuple(order)]))
+
+# %% tags=["check"] jupyter={"source_hidden": true}
+_sf, _lf = steps_by_order[(1, 2, 4, 8)], steps_by_order[(8, 4, 2, 1)]
+assert _sf[0] == _sf[1] < _sf[2] < _sf[3]
+assert _lf[0] == _lf[1] == _lf[2] and _lf[3] - _lf[2] == 2 * 1024**2
+
 # %% [markdown]
-# The two captures over time: each step is one allocator event. Smallest first, every capture
-# finds only blocks that are too small and reserved memory climbs at each one; largest first,
-# the first capture reserves what all need and the others fit into it.
+# Smallest first, batch 2 still fits in what batch 1 freed, but batches 4 and 8 find only
+# blocks that are too small and reserved memory climbs at each of them; largest first, batch 8's
+# capture reserves what 4 and 2 need, and batch 1 adds one 2 MiB small-pool segment for its
+# requests under 1 MiB. The two captures over time, each step one allocator event:
 
 # %%
 fig = gml.timeline([by_order[(1, 2, 4, 8)][0], by_order[(8, 4, 2, 1)][0]],
