@@ -220,7 +220,7 @@ def stack(tmp_path_factory):
 
 def test_course_link_opens_and_runs_a_lesson_on_a_real_hub(stack):
     browser, hub = stack["browser"], stack["hub"]
-    out = subprocess.run([sys.executable, "-m", "gpumemlab", "course", "link", "--hub", hub,
+    out = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "course", "link", "--hub", hub,
                           "--repo", stack["repo"], "--lesson", "01"],
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     links = [word for word in out.split() if word.startswith(f"{hub}/hub/user-redirect/git-pull")]
