@@ -10,8 +10,9 @@ skips: the course path is what a teacher relies on.
 
 The hub uses jupyterhub's DummyAuthenticator (any name, no password) and its
 SimpleLocalProcessSpawner (each user's server runs as the hub's own OS user, root included, with
-a home folder under the test's tmp folder). The repository is served over git's "dumb" HTTP
-protocol by a plain static file server, since the link wants an http(s) repository address.
+a home folder under the test's tmp folder). The repository is served over git's smart HTTP
+protocol (git http-backend behind a small server, git_smart_http.py): the link wants an http(s)
+repository address, and nbgitpuller's shallow clone needs the smart protocol.
 The browser is driven over the Chrome DevTools Protocol (tornado's websocket client, a
 jupyterhub dependency).
 """
@@ -144,7 +145,7 @@ def stack(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hub")
     procs = []
     try:
-        # the course repository: this checkout's HEAD as branch main, served over dumb HTTP
+        # the course repository: this checkout's HEAD as branch main, served over git's smart HTTP
         served = tmp / "srv"
         bare = served / "gpumemlab.git"
         subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
@@ -155,8 +156,8 @@ def stack(tmp_path_factory):
         subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True)
         git_port = _free_port()
         git_http = subprocess.Popen(
-            [sys.executable, "-m", "http.server", str(git_port), "--bind", "127.0.0.1",
-             "--directory", str(served)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [sys.executable, str(pathlib.Path(__file__).with_name("git_smart_http.py")),
+             str(git_port), str(served)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)
         procs.append(git_http)
         repo = f"http://127.0.0.1:{git_port}/gpumemlab.git"
