@@ -251,10 +251,15 @@ def test_course_link_opens_and_runs_a_lesson_on_a_real_hub(stack):
                      "!!document.querySelector('.jp-Notebook-ExecutionIndicator, "
                      ".jp-Toolbar-kernelStatus, [data-status=\"idle\"]')",
                      "lesson 01 to render with a kernel", limit=60)
-    browser.wait_for("(() => { const e = document.querySelector('.jp-Notebook .jp-CodeCell "
-                     ".cm-content'); if (!e) return false; e.focus(); return true; })()",
-                     "the first code cell's editor")
-    browser.key("Enter", "Enter", modifiers=8)   # Shift+Enter: run the cell
+    # select the first code cell, then press Lab's own "run this cell" toolbar button
+    browser.wait_for("(() => { const c = document.querySelector('.jp-Notebook .jp-CodeCell "
+                     ".jp-InputPrompt'); if (!c) return false; c.click(); return true; })()",
+                     "the first code cell")
+    browser.wait_for("(() => { const b = document.querySelector('.jp-NotebookPanel-toolbar "
+                     "[data-command=\"notebook:run-cell-and-select-next\"] button, "
+                     ".jp-NotebookPanel-toolbar [data-command=\"notebook:run-cell-and-select-next\"]');"
+                     " if (!b) return false; b.click(); return true; })()",
+                     "the toolbar's run button")
     text = browser.wait_for(
         "(() => { const o = document.querySelector('.jp-Notebook .jp-CodeCell "
         ".jp-OutputArea-output'); return o && o.innerText.trim(); })()",
