@@ -35,6 +35,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHP = pathlib.Path(sys.prefix) / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 USER = "student1"
+# what Lab shows, for a failure message: the main-area widget, its kernel, the cells' outputs
+LAB_STATE = ("(() => { const a = window.jupyterapp; if (!a) return 'no window.jupyterapp';"
+             " const w = a.shell.currentWidget; const k = w && w.sessionContext &&"
+             " w.sessionContext.session && w.sessionContext.session.kernel;"
+             " return JSON.stringify({widget: w && w.title.label, kernel: k && k.name,"
+             " status: k && k.status, outputs: [...document.querySelectorAll("
+             "'.jp-OutputArea-output')].map(o => o.innerText.slice(0, 300))}); })()")
 
 
 def _free_port() -> int:
@@ -122,14 +129,8 @@ class Browser:
                 return value
             if time.time() > deadline:
                 raise AssertionError(f"timed out after {limit} s waiting for {what}; page at "
-                                     f"{self.js('location.href')!r}")
+                                     f"{self.js('location.href')!r}; Lab: {self.js(LAB_STATE)}")
             time.sleep(0.5)
-
-    def key(self, key, code, modifiers=0, text=None):
-        for kind in ("keyDown", "keyUp"):
-            self.call("Input.dispatchKeyEvent", type=kind, key=key, code=code,
-                      modifiers=modifiers, windowsVirtualKeyCode=13 if key == "Enter" else 0,
-                      **({"text": text} if text and kind == "keyDown" else {}))
 
     def close(self):
         self._ws.close()
@@ -184,7 +185,9 @@ def stack(tmp_path_factory):
             c.SimpleLocalProcessSpawner.home_dir_template = {str(homes)!r} + "/{{username}}"
             c.Spawner.cmd = [{str(singleuser)!r}]
             c.Spawner.default_url = "/lab"
-            c.Spawner.args = ["--allow-root"] if {os.geteuid() == 0} else []
+            # window.jupyterapp: the test drives Lab through its own command registry
+            c.Spawner.args = ["--LabApp.expose_app_in_browser=True"] + (
+                ["--allow-root"] if {os.geteuid() == 0} else [])
             c.Spawner.start_timeout = 60
             c.Spawner.http_timeout = 60
             c.Spawner.environment = {{"GPUMEMLAB_DEVICE": "sim"}}
@@ -246,23 +249,21 @@ def test_course_link_opens_and_runs_a_lesson_on_a_real_hub(stack):
     assert (clone / ".git").is_dir() and sorted(clone.glob("notebooks/01_*.ipynb")), \
         f"nbgitpuller made no clone at {clone}"
 
-    # run the first code cell (the device banner) and read its output off the page
-    browser.wait_for("document.querySelectorAll('.jp-Notebook .jp-CodeCell').length > 0 && "
-                     "!!document.querySelector('.jp-Notebook-ExecutionIndicator, "
-                     ".jp-Toolbar-kernelStatus, [data-status=\"idle\"]')",
-                     "lesson 01 to render with a kernel", limit=60)
-    # select the first code cell, then press Lab's own "run this cell" toolbar button
-    browser.wait_for("(() => { const c = document.querySelector('.jp-Notebook .jp-CodeCell "
-                     ".jp-InputPrompt'); if (!c) return false; c.click(); return true; })()",
-                     "the first code cell")
-    browser.wait_for("(() => { const b = document.querySelector('.jp-NotebookPanel-toolbar "
-                     "[data-command=\"notebook:run-cell-and-select-next\"] button, "
-                     ".jp-NotebookPanel-toolbar [data-command=\"notebook:run-cell-and-select-next\"]');"
-                     " if (!b) return false; b.click(); return true; })()",
-                     "the toolbar's run button")
+    # run the first code cell (the device banner) through Lab's own commands, once the
+    # notebook's kernel is idle, and read its output off the page
+    browser.wait_for("(() => { const a = window.jupyterapp; const w = a && a.shell.currentWidget;"
+                     " return !!(w && w.sessionContext && w.content && w.content.widgets.length"
+                     " && w.sessionContext.session && w.sessionContext.session.kernel"
+                     " && w.sessionContext.session.kernel.status === 'idle'); })()",
+                     f"lesson 01's kernel to be idle (hub log: {stack['log']})", limit=90)
+    browser.js("(async () => { const a = window.jupyterapp; const w = a.shell.currentWidget;"
+               " a.shell.activateById(w.id);"
+               " w.content.activeCellIndex = w.content.widgets.findIndex("
+               "c => c.model.type === 'code');"
+               " await a.commands.execute('notebook:run-cell'); return true; })()")
     text = browser.wait_for(
         "(() => { const o = document.querySelector('.jp-Notebook .jp-CodeCell "
         ".jp-OutputArea-output'); return o && o.innerText.trim(); })()",
-        "the first cell's output", limit=60)
+        f"the first cell's output (hub log: {stack['log']})", limit=90)
     assert "simulated GPU" in text or "real GPU" in text, text
     assert "Traceback" not in text and "Error" not in text, text
