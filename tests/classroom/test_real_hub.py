@@ -37,7 +37,8 @@ CHP = pathlib.Path(sys.prefix) / "node" / "node_modules" / ".bin" / "configurabl
 USER = "student1"
 # what Lab shows, for a failure message: the main-area widget, its kernel, the cells' outputs
 LAB_STATE = ("(() => { const a = window.jupyterapp; if (!a) return 'no window.jupyterapp';"
-             " const w = a.shell.currentWidget; const k = w && w.sessionContext &&"
+             " const w = [...a.shell.widgets('main')].find(w => w.sessionContext && w.content);"
+             " const k = w && w.sessionContext &&"
              " w.sessionContext.session && w.sessionContext.session.kernel;"
              " return JSON.stringify({widget: w && w.title.label, kernel: k && k.name,"
              " status: k && k.status, outputs: [...document.querySelectorAll("
@@ -212,6 +213,7 @@ def stack(tmp_path_factory):
         with urllib.request.urlopen(f"http://127.0.0.1:{cdp_port}/json/list", timeout=5) as r:
             page = next(t for t in json.load(r) if t["type"] == "page")
         browser = Browser(page["webSocketDebuggerUrl"])
+        browser.call("Emulation.setFocusEmulationEnabled", enabled=True)
         try:
             yield {"hub": hub_url, "repo": repo, "browser": browser, "homes": homes,
                    "log": tmp / "hub.log"}
@@ -250,13 +252,17 @@ def test_course_link_opens_and_runs_a_lesson_on_a_real_hub(stack):
         f"nbgitpuller made no clone at {clone}"
 
     # run the first code cell (the device banner) through Lab's own commands, once the
-    # notebook's kernel is idle, and read its output off the page
-    browser.wait_for("(() => { const a = window.jupyterapp; const w = a && a.shell.currentWidget;"
-                     " return !!(w && w.sessionContext && w.content && w.content.widgets.length"
-                     " && w.sessionContext.session && w.sessionContext.session.kernel"
-                     " && w.sessionContext.session.kernel.status === 'idle'); })()",
-                     f"lesson 01's kernel to be idle (hub log: {stack['log']})", limit=90)
-    browser.js("(async () => { const a = window.jupyterapp; const w = a.shell.currentWidget;"
+    # notebook's kernel is idle, and read its output off the page. The notebook is looked up
+    # among the main area's widgets: shell.currentWidget follows focus, which a headless page
+    # may never get.
+    notebook = ("[...window.jupyterapp.shell.widgets('main')]"
+                ".find(w => w.sessionContext && w.content)")
+    browser.wait_for(f"(() => {{ const w = window.jupyterapp && {notebook};"
+                     " const k = w && w.content.widgets.length && w.sessionContext.session"
+                     " && w.sessionContext.session.kernel; return !!k && k.status === 'idle';"
+                     " })()", f"lesson 01's kernel to be idle (hub log: {stack['log']})",
+                     limit=90)
+    browser.js(f"(async () => {{ const a = window.jupyterapp; const w = {notebook};"
                " a.shell.activateById(w.id);"
                " w.content.activeCellIndex = w.content.widgets.findIndex("
                "c => c.model.type === 'code');"
