@@ -14,7 +14,8 @@ a home folder under the test's tmp folder). The repository is served over git's 
 protocol (git http-backend behind a small server, git_smart_http.py): the link wants an http(s)
 repository address, and nbgitpuller's shallow clone needs the smart protocol.
 The browser is driven over the Chrome DevTools Protocol (tornado's websocket client, a
-jupyterhub dependency).
+jupyterhub dependency); the single-user servers expose Lab's app as ``window.jupyterapp``, and the
+cell runs through Lab's own ``notebook:run-cell`` command once the kernel is idle.
 """
 import importlib.util
 import itertools
