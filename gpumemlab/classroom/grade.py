@@ -229,6 +229,8 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
         job = {"notebook": f"{in_io}/graded.ipynb", "workdir": in_home, "private": in_io,
                "result": f"{in_io}/result.json", "cell_timeout": cell_timeout,
                "runtime": "/tmp/jupyter-runtime" if inside else str(io / unprivileged.RUNTIME),
+               # the sandbox has a network namespace of its own; outside it, TCP is shared
+               "kernel_sockets": "tcp" if inside else "ipc",
                "seed": student_id, "pythonpath": trusted_sys_path(kit), "limits": limits,
                "executed": f"{in_io}/executed.ipynb" if keep is not None else None}
         (io / "job.json").write_text(json.dumps(job), encoding="utf-8")

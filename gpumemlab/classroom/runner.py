@@ -60,18 +60,37 @@ def _text_outputs(cell) -> str:
     return text if len(text) <= OUTPUT_LIMIT else text[:OUTPUT_LIMIT] + "\n... (cut)"
 
 
-def _kernel_manager():
-    """A kernel manager that runs ipykernel with this very interpreter."""
+def _kernel_manager(runtime: str, sockets: str = "tcp"):
+    """A kernel manager that runs ipykernel with this very interpreter (on Unix sockets where
+    the run shares the machine's network)."""
     from jupyter_client.manager import AsyncKernelManager
 
     # nbclient needs the async manager: a blocking client would stall its timeout handling.
     km = AsyncKernelManager(kernel_name="python3")
+    # Unix sockets inside the run's own 0700 runtime folder, not TCP on 127.0.0.1: without a
+    # network namespace (the unprivileged mode) any local process can list TCP listeners in
+    # /proc/net/tcp and subscribe to a kernel's iopub channel, which needs no key, and so read a
+    # classmate's cells and answers as they run.
+    if sockets == "ipc":
+        km.transport = "ipc"
+        km.ip = kernel_socket_prefix(runtime)
     # -S when this executor was started so (an unprivileged run: no site-packages gpumemlab)
     argv = [sys.executable] + (["-S"] if sys.flags.no_site else []) + [
             "-m", "ipykernel_launcher", "-f", "{connection_file}",
             "--HistoryManager.enabled=False"]
     km.kernel_spec.argv = argv
     return km
+
+
+SOCKET_PATH_LIMIT = 100   # sun_path holds 108 bytes; ports add "-NNNNN"
+
+
+def kernel_socket_prefix(runtime: str) -> str:
+    prefix = os.path.join(runtime, "k")
+    if len(prefix.encode()) + 6 > SOCKET_PATH_LIMIT:
+        raise RuntimeError(f"the run's runtime folder {runtime!r} is too long for a Unix socket "
+                           f"path ({SOCKET_PATH_LIMIT} bytes); use a shorter grading folder")
+    return prefix
 
 
 def run_job(job: dict) -> dict:
@@ -101,7 +120,9 @@ def run_job(job: dict) -> dict:
                 "GPUMEMLAB_QUIZ_SEED": job.get("seed", "0"),
                 "PYTHONPATH": os.pathsep.join(job["pythonpath"])})
     (workdir / ".tmp").mkdir(exist_ok=True)   # ipykernel keeps cell files here for tracebacks
-    client = NotebookClient(nb, km=_kernel_manager(), timeout=job["cell_timeout"],
+    sockets = job.get("kernel_sockets", "tcp")
+    client = NotebookClient(nb, km=_kernel_manager(job["runtime"], sockets),
+                            timeout=job["cell_timeout"],
                             allow_errors=True,
                             interrupt_on_timeout=False, startup_timeout=60,
                             resources={"metadata": {"path": str(workdir)}})
@@ -127,7 +148,8 @@ def run_job(job: dict) -> dict:
             record_test(i, reply_box.get("reply"))
 
     def start():
-        client.km = _kernel_manager()   # a fresh manager: a shut-down one cannot be reused
+        # a fresh manager: a shut-down one cannot be reused
+        client.km = _kernel_manager(job["runtime"], sockets)
         client.start_new_kernel(env=env, cwd=str(workdir))
         client.start_new_kernel_client()
         try:

@@ -1,5 +1,5 @@
 """The unprivileged-uid mode (``grade --no-sandbox`` as root; Gradescope's fallback) against the
-attacks that beat it (issue 34): each one a student's cell, run through a shell so that the
+attacks that beat it (issue 34) and a fresh-eyes review found: each one a student's cell, run through a shell so that the
 in-kernel audit hook is not what stops it.
 
 One real grading run, two workers, two submissions side by side: an honest one that takes a
@@ -9,6 +9,7 @@ grader's temporary folder, read world-readable files the grader left there and i
 leave a file there for a classmate, read the classmate's graded notebook and copy, overwrite
 the classmate's ``result.json``, read last week's ``grades.csv``, import the grader's own
 gpumemlab with ``python -I`` (the reference answers and the banks), list the banks' folder, and
+find a kernel listening on TCP (a classmate's iopub channel could be read), and
 leave a process whose main thread has exited (a zombie leader whose other thread writes a file
 45 s later, after the run). What each try got (its exit status) goes into a drop box in
 ``/dev/shm``.
@@ -51,6 +52,9 @@ while [ $i -lt 60 ]; do
   sleep 0.5; i=$((i+1))
 done
 echo "$other" > {box}/other.txt
+# a classmate's kernel on 127.0.0.1 could be read: iopub needs no key (sniff.py subscribes to
+# every TCP listener of another run's uid); its Unix sockets sit in its 0700 folder instead
+{python} {box}/sniff.py {box} > /dev/null 2>&1 &
 ls {tmp} > /dev/null 2>&1; echo $? > {box}/list_tmp
 cat {planted} > /dev/null 2>&1; echo $? > {box}/read_planted
 cat {planted_tmp} > /dev/null 2>&1; echo $? > {box}/read_planted_tmp
@@ -74,6 +78,27 @@ ctypes.CDLL(None).pthread_exit(None)
 sleep 1
 echo done > {box}/done
 '''
+
+SNIFF = r"""
+import os, sys, time
+import zmq
+box, me, seen, heard = sys.argv[1], os.getuid(), set(), 0
+ctx = zmq.Context()
+sub = ctx.socket(zmq.SUB)
+sub.setsockopt(zmq.SUBSCRIBE, b"")
+end = time.time() + 40
+while time.time() < end:
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(name).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and int(f[7]) not in (0, me) and f[1] not in seen:
+                seen.add(f[1])
+                sub.connect("tcp://127.0.0.1:%d" % int(f[1].split(":")[1], 16))
+    if sub.poll(500):
+        sub.recv_multipart()
+        heard += 1
+    open(box + "/sniffed", "w").write("%d %d" % (len(seen), heard))
+"""
 
 CELL = """
 import ctypes
@@ -106,6 +131,8 @@ def attacked():
         (out / "feedback").mkdir(mode=0o755)
         os.chmod(out / "feedback", 0o755)
         os.chmod(box, 0o777)
+        (box / "sniff.py").write_text(SNIFF)
+        os.chmod(box / "sniff.py", 0o644)
         gtmp.mkdir()
         os.chmod(gtmp, 0o755)
         # world-readable files the grader leaves in its temporary folder and in /tmp: DAC
@@ -176,6 +203,14 @@ def test_a_classmates_run_can_be_neither_read_nor_changed(attacked):
     assert _rc(box, "read_graded") != 0 and _rc(box, "read_copy") != 0
     assert _rc(box, "write_result") != 0
     assert "score: 5 / 5" in _feedback(attacked["out"], "honest")
+
+
+def test_a_classmates_kernel_cannot_be_heard(attacked):
+    # both runs' kernels were alive when the shell looked (the runs overlapped)
+    assert (attacked["box"] / "other.txt").read_text().strip()
+    # ports it found (ipykernel's fork pipe, a PULL socket, stays on TCP) and messages it heard
+    ports, heard = map(int, (attacked["box"] / "sniffed").read_text().split())
+    assert heard == 0, f"a classmate's kernel was heard on TCP ({ports} port(s))"
 
 
 def test_the_graders_and_other_files_in_tmp_are_out_of_reach(attacked):
