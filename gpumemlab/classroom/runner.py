@@ -86,6 +86,7 @@ SOCKET_PATH_LIMIT = 100   # sun_path holds 108 bytes; ports add "-NNNNN"
 
 
 def kernel_socket_prefix(runtime: str) -> str:
+    os.makedirs(runtime, mode=0o700, exist_ok=True)   # the sockets are made before any file
     prefix = os.path.join(runtime, "k")
     if len(prefix.encode()) + 6 > SOCKET_PATH_LIMIT:
         raise RuntimeError(f"the run's runtime folder {runtime!r} is too long for a Unix socket "
