@@ -1,7 +1,8 @@
 """Lesson 11's workload and exercise: CUDA graphs for several batch sizes captured into one shared
-private pool, where the capture order decides how much the pool reserves. The exercise asks for every
-order that does not start with the largest batch yet reserves as little; the judge captures all
-24 on fresh ``SimulatedGPU`` cards at judge time (see ``lesson_exercises`` for the contract)."""
+private pool, where the capture order decides how much the pool reserves. The exercise asks, for a
+second model whose captured step the lesson's functions do not model, for every order that does not
+start with the largest batch yet reserves as little; the judge captures all 24 on fresh
+``SimulatedGPU`` cards at judge time (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
 from gpumemlab.units import format_size, MiB
@@ -47,6 +48,40 @@ def reserved_11(order) -> int:
     return gpu.memory_reserved()
 
 
+def steps_11(order) -> list:
+    """What the shared pool reserves after each capture of ``order`` (bytes, one a capture)."""
+    # each prefix on a fresh card: the state after capture k is that of the first k captures
+    return [reserved_11(order[:k]) for k in range(1, len(order) + 1)]
+
+
+def growth_11(order) -> list:
+    """The batches of ``order`` after whose capture the shared pool reserves more than before
+    (the first capture always does)."""
+    steps = steps_11(order)
+    return [b for k, b in enumerate(order) if k and steps[k] > steps[k - 1]]
+
+
+# The exercise's second model: its step is not the lesson's (no function here captures it), so
+# the lesson's own captures over all 24 orders answer the lesson's case, not this one.
+TEMP_PER_SEQ_11EX, OUT_PER_SEQ_11EX = 3 * MiB, MiB   # one temporary, one output
+
+
+def _second_model_reserved(order) -> int:
+    from gpumemlab.devices.simulated import SimulatedGPU
+
+    gpu = SimulatedGPU(CARD_11, alloc_conf="")
+    handle = gpu.graph_pool_handle()
+    graphs, outs = [], []
+    for b in order:
+        g = gpu.CUDAGraph()
+        with gpu.graph(g, pool=handle):
+            temp = gpu.empty(TEMP_PER_SEQ_11EX * b)
+            outs.append(gpu.empty(OUT_PER_SEQ_11EX * b))
+            del temp
+        graphs.append(g)
+    return gpu.memory_reserved()
+
+
 def _orders_answer(answer) -> list:
     want = sorted(BATCHES_11)
     if not isinstance(answer, list) or not all(
@@ -60,59 +95,68 @@ def _orders_answer(answer) -> list:
     return orders
 
 
-@exercise("11.ex", "capture orders that need not start with the largest",
-          "Four CUDA graphs, for batch sizes 8, 4, 2 and 1, are captured one after the other into "
-          "one shared pool (gpumemlab.lessons.pools_and_graphs.capture_graphs). Captured largest "
-          "first, the pool reserves the least any order can. List EVERY order in which batch 8 "
-          "is NOT captured first and the pool still reserves no more than largest first. Work "
-          "it out from the segment rules and the captured step (help(captured_step)), then check.",
+_STEP_11EX = (f"ONE temporary of {format_size(TEMP_PER_SEQ_11EX)} a sequence that dies at the "
+              f"end of the capture, and an output of {format_size(OUT_PER_SEQ_11EX)} a sequence "
+              f"that stays")
+
+
+@exercise("11.ex", "capture orders for a second model",
+          "A second model is served the same way: graphs for batch sizes 8, 4, 2 and 1 captured "
+          "one after the other into one shared pool. Its captured step is not the lesson's: "
+          f"batch b makes {_STEP_11EX} (where the lesson's makes three temporaries). List EVERY order in which batch 8 is NOT "
+          "captured first and the pool still reserves no more than with batch 8 first (8, 4, 2, "
+          "1). No function of the lesson captures this step: work it out from the segment rules, "
+          "as the lesson's 24 orders did for its own step, then check.",
           "a list of orders, each a list of the four batch sizes",
-          hints=("Batch b's step asks for three temporaries of 3 MiB x b, freed at the end of its "
-                 "capture, and an output of 1 MiB x b that stays.",
-                 "The segment rules of lesson 01: a request of 10 MiB or more gets a segment of "
-                 "its own size (rounded up to 2 MiB); one between 1 and 10 MiB gets a 20 MiB "
-                 "segment that later such requests share.",
-                 "A freed block serves any later request up to its size, never a bigger one. "
-                 "Which batches' temporaries get segments of their own, and which of them must "
-                 "therefore come after which?"),
+          hints=("Write down each batch's two requests in MiB, the temporary and the output. "
+                 "Which are 10 MiB or more (a segment of exactly their size), which between 1 and "
+                 "10 MiB (a 20 MiB segment that later such requests share), which at most 1 MiB "
+                 "(the small pool)? Which segments does largest first open?",
+                 "A request of 10 MiB or more opens a segment of its own size only when no free "
+                 "block is big enough: a free block of any larger segment serves it, split. "
+                 "Which captures leave such a block behind, and for which batch's temporary?",
+                 "Largest first opens three segments; any order must open the same three, no "
+                 "more. For which first capture does that fail?"),
           stub=[])
 def _judge_11(answer):
     from itertools import permutations
 
     orders = _orders_answer(answer)
     largest_first = tuple(sorted(BATCHES_11, reverse=True))
-    least = reserved_11(largest_first)
-    reserved = {o: reserved_11(o) for o in permutations(BATCHES_11)}
+    reserved = {o: _second_model_reserved(o) for o in permutations(BATCHES_11)}
+    least = reserved[largest_first]
     wanted = {o for o, r in reserved.items() if o[0] != largest_first[0] and r <= least}
-    figures = {"orders": [list(o) for o in orders], "least_reserved": least,
-               "reserved": {"-".join(map(str, o)): reserved[o] for o in orders}}
+    # the figures name no order's reserved memory until the list is right: listing each order
+    # alone must tell the learner nothing about which ones are in the answer
+    figures = {"orders_listed": len(orders), "largest_first_reserves": least}
+    if set(orders) == wanted:
+        figures["reserved"] = {"-".join(map(str, o)): reserved[o] for o in orders}
+        t = {b: format_size(TEMP_PER_SEQ_11EX * b) for b in BATCHES_11}
+        return True, (f"these {len(orders)} orders reserve {format_size(least)}, as batch 8 first "
+                      f"does: a batch whose temporary ({t[1]} or {t[2]}) opens a 20 MiB segment "
+                      f"first leaves batch 4's {t[4]} temporary a free block to split, and batch "
+                      f"8's output needs that 20 MiB segment anyway; only batch 4 first opens a "
+                      f"segment of its own {t[4]} that no order with batch 8 first opens"), figures
     first = [o for o in orders if o[0] == largest_first[0]]
     if first:
         return False, (f"{list(first[0])} captures batch {largest_first[0]} first: the task asks "
                        f"for the orders that do not"), figures
-    more = [o for o in orders if o not in wanted]
-    if more:
-        o = more[0]
-        why = f"{list(o)} reserves {format_size(reserved[o])}, more than {format_size(least)}"
-        if o == tuple(sorted(BATCHES_11)):
-            why += ": that is the smallest-first order the lesson ran"
-        elif o.index(4) < o.index(8):
-            why += (": batch 4 comes before batch 8, so its three 12 MiB temporaries (10 MiB or "
-                    "more: a segment each) are opened before batch 8's 24 MiB ones exist to be "
-                    "freed and reused")
-        return False, why, figures
     if not orders:
-        return False, (f"no order listed: captured largest first the pool reserves "
+        return False, (f"no order listed: with batch 8 first the pool reserves "
                        f"{format_size(least)}; which other orders reserve no more?"), figures
-    if len(orders) < len(wanted):
-        why = (f"each order you list reserves {format_size(least)}, but {len(wanted) - len(orders)} "
-               f"more order(s) do as well")
-        if all(o[1] == largest_first[0] for o in orders):
-            why += f": batch {largest_first[0]} need not be captured second"
-        return False, why, figures
-    return True, (f"these {len(orders)} orders reserve {format_size(least)}, as largest first "
-                  f"does: what matters is which captures come after batch "
-                  f"{largest_first[0]}, not that it comes first"), figures
+    lessons_step = {o for o in permutations(BATCHES_11)
+                    if o[0] != largest_first[0] and reserved_11(o) <= reserved_11(largest_first)}
+    if set(orders) == lessons_step:
+        return False, ("these are the orders that reach the least for the lesson's own step "
+                       "(three temporaries a capture); this model makes one: redo which requests "
+                       "find a free block big enough"), figures
+    if set(orders) == {o for o in permutations(BATCHES_11) if o[1] == largest_first[0]}:
+        return False, ("batch 8 second is not enough for every first capture: one first "
+                       "capture opens a segment that no order with batch 8 first opens"), figures
+    return False, (f"not yet: the {len(orders)} order(s) listed are not exactly the orders, "
+                   f"batch 8 not first, that reserve no more than {format_size(least)} "
+                   f"(batch 8 first). The judge says no more than that, order by order: reason "
+                   f"from the segment rules"), figures
 
 
 # -- the lesson's predict questions (see why_a_cache)
@@ -137,10 +181,24 @@ question("11.p5", "size", misconceptions=(
                   "eight freed blocks add up to; but each 16 MiB block is a segment of its own, "
                   "segments never merge, so no freed block can serve 32 MiB."),
 ))
+def _smallest_first_rule() -> str:
+    # computed when shown: which captures grow the pool, and by how much, are the simulator's
+    order = tuple(sorted(BATCHES_11))
+    steps, grew = steps_11(order), growth_11(order)
+    kept = [b for b in order[1:] if b not in grew]
+    said = (f"That is what the largest-first order reserves. Smallest first, the pool reserves "
+            f"{', '.join(format_size(r) for r in steps)} after the captures of batches "
+            f"{', '.join(map(str, order))}: it grows at batch{'es' if len(grew) > 1 else ''} "
+            f"{' and '.join(map(str, grew))}, "
+            f"whose temporaries find only freed blocks too small for them and open new segments")
+    if kept:
+        said += (f"; batch {' and '.join(map(str, kept))} still fit{'s' if len(kept) == 1 else ''}"
+                 f" in what the earlier captures freed")
+    return said + "."
+
+
 question("11.p4", "size", misconceptions=(
-    Misconception(_largest_first, "That is what the largest-first order reserves: smallest "
-                  "first, each larger capture finds only freed blocks too small for it and "
-                  "opens new segments."),
+    Misconception(_largest_first, _smallest_first_rule),
 ))
 
 

@@ -22,9 +22,15 @@ KINDS = ("size", "number", "choice")
 class Misconception:
     """A wrong answer a learner is known to give, and the rule that accounts for the gap.
     ``wrong`` is a choice (for choice questions) or a function of the right answer that returns
-    the value the misconception leads to (e.g. ``lambda actual: actual - K_SMALL_BUFFER``)."""
+    the value the misconception leads to (e.g. ``lambda actual: actual - K_SMALL_BUFFER``).
+    ``rule`` is its words, or a function of no arguments that computes them when shown, for a
+    rule that quotes the simulator's figures (so they are measured, never typed in)."""
     wrong: object
-    rule: str
+    rule: object
+
+    def said(self) -> str:
+        """The rule's words (computed now, if ``rule`` is a function)."""
+        return self.rule() if callable(self.rule) else self.rule
 
     def matches(self, predicted, actual, alike=None) -> bool:
         """Whether ``predicted`` is this wrong answer; ``alike(a, b)``, where given, also counts
@@ -113,7 +119,7 @@ def decimal_units_rule(predicted, actual) -> str:
 def _matched(spec: Spec, predicted, actual) -> str:
     alike = (lambda a, b: show_value(spec, a) == show_value(spec, b)) if spec.kind == "size" \
         else None
-    rule = next((m.rule for m in spec.misconceptions if m.matches(predicted, actual, alike)), "")
+    rule = next((m.said() for m in spec.misconceptions if m.matches(predicted, actual, alike)), "")
     if not rule and spec.kind == "size" and predicted and actual:
         rule = decimal_units_rule(predicted, actual)
     return rule

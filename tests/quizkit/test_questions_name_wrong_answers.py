@@ -20,6 +20,6 @@ def test_every_question_names_a_likely_wrong_answer():
 def test_a_choice_questions_wrong_answers_are_its_choices_with_a_rule():
     for q, spec in QUESTIONS.items():
         for m in spec.misconceptions:
-            assert m.rule.strip().endswith((".", ")")), (q, m.rule)
+            assert m.said().strip().endswith((".", ")")), (q, m.said())
             if spec.kind == "choice":
                 assert m.wrong in spec.choices, (q, m.wrong)
