@@ -1,7 +1,7 @@
 """Lesson 11's workload and exercise: CUDA graphs for several batch sizes captured into one shared
 private pool, where the capture order decides how much the pool reserves. The exercise asks, for a
-second model whose captured step the lesson's functions do not model, for every order that does not
-start with the largest batch yet reserves as little; the judge captures all 24 on fresh
+second model whose captured step the lesson's functions do not model, for every order that reserves
+more than largest first; the judge captures all 24 on fresh
 ``SimulatedGPU`` cards at judge time (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
@@ -103,10 +103,10 @@ _STEP_11EX = (f"ONE temporary of {format_size(TEMP_PER_SEQ_11EX)} a sequence tha
 @exercise("11.ex", "capture orders for a second model",
           "A second model is served the same way: graphs for batch sizes 8, 4, 2 and 1 captured "
           "one after the other into one shared pool. Its captured step is not the lesson's: "
-          f"batch b makes {_STEP_11EX} (where the lesson's makes three temporaries). List EVERY order in which batch 8 is NOT "
-          "captured first and the pool still reserves no more than with batch 8 first (8, 4, 2, "
-          "1). No function of the lesson captures this step: work it out from the segment rules, "
-          "as the lesson's 24 orders did for its own step, then check.",
+          f"batch b makes {_STEP_11EX} (where the lesson's makes three temporaries). List EVERY "
+          "order of the four captures in which the pool reserves MORE than with batch 8 first "
+          "(8, 4, 2, 1). No function of the lesson captures this step: work it out from the "
+          "segment rules, as the lesson's 24 orders did for its own step, then check.",
           "a list of orders, each a list of the four batch sizes",
           hints=("Write down each batch's two requests in MiB, the temporary and the output. "
                  "Which are 10 MiB or more (a segment of exactly their size), which between 1 and "
@@ -115,48 +115,46 @@ _STEP_11EX = (f"ONE temporary of {format_size(TEMP_PER_SEQ_11EX)} a sequence tha
                  "A request of 10 MiB or more opens a segment of its own size only when no free "
                  "block is big enough: a free block of any larger segment serves it, split. "
                  "Which captures leave such a block behind, and for which batch's temporary?",
-                 "Largest first opens three segments; any order must open the same three, no "
-                 "more. For which first capture does that fail?"),
+                 "An order reserves more exactly when it opens a segment that largest first does "
+                 "not open. Which request can do that, and only from which place in the order?"),
           stub=[])
 def _judge_11(answer):
     from itertools import permutations
 
     orders = _orders_answer(answer)
+    everyone = list(permutations(BATCHES_11))
     largest_first = tuple(sorted(BATCHES_11, reverse=True))
-    reserved = {o: _second_model_reserved(o) for o in permutations(BATCHES_11)}
+    reserved = {o: _second_model_reserved(o) for o in everyone}
     least = reserved[largest_first]
-    wanted = {o for o, r in reserved.items() if o[0] != largest_first[0] and r <= least}
-    # the figures name no order's reserved memory until the list is right: listing each order
-    # alone must tell the learner nothing about which ones are in the answer
+    wanted = {o for o, r in reserved.items() if r > least}
+    # the figures name no order's reserved memory until the list is right, and the message is
+    # the same for every order listed alone: probing the orders one by one tells nothing
     figures = {"orders_listed": len(orders), "largest_first_reserves": least}
     if set(orders) == wanted:
         figures["reserved"] = {"-".join(map(str, o)): reserved[o] for o in orders}
         t = {b: format_size(TEMP_PER_SEQ_11EX * b) for b in BATCHES_11}
-        return True, (f"these {len(orders)} orders reserve {format_size(least)}, as batch 8 first "
-                      f"does: a batch whose temporary ({t[1]} or {t[2]}) opens a 20 MiB segment "
-                      f"first leaves batch 4's {t[4]} temporary a free block to split, and batch "
-                      f"8's output needs that 20 MiB segment anyway; only batch 4 first opens a "
-                      f"segment of its own {t[4]} that no order with batch 8 first opens"), figures
-    first = [o for o in orders if o[0] == largest_first[0]]
-    if first:
-        return False, (f"{list(first[0])} captures batch {largest_first[0]} first: the task asks "
-                       f"for the orders that do not"), figures
+        return True, (f"these {len(orders)} orders reserve more than {format_size(least)}: only "
+                      f"batch 4 captured first opens a segment of exactly its {t[4]} temporary, "
+                      f"which no other order opens. Any other first capture either opens batch "
+                      f"8's own segment or a 20 MiB one (batch 1's {t[1]} or batch 2's {t[2]} "
+                      f"temporary) that batch 4's temporary can split later and batch 8's output "
+                      f"needs anyway"), figures
     if not orders:
         return False, (f"no order listed: with batch 8 first the pool reserves "
-                       f"{format_size(least)}; which other orders reserve no more?"), figures
-    lessons_step = {o for o in permutations(BATCHES_11)
-                    if o[0] != largest_first[0] and reserved_11(o) <= reserved_11(largest_first)}
+                       f"{format_size(least)}; which orders reserve more?"), figures
+    lessons_step = {o for o in everyone if reserved_11(o) > reserved_11(largest_first)}
     if set(orders) == lessons_step:
-        return False, ("these are the orders that reach the least for the lesson's own step "
-                       "(three temporaries a capture); this model makes one: redo which requests "
-                       "find a free block big enough"), figures
-    if set(orders) == {o for o in permutations(BATCHES_11) if o[1] == largest_first[0]}:
-        return False, ("batch 8 second is not enough for every first capture: one first "
-                       "capture opens a segment that no order with batch 8 first opens"), figures
-    return False, (f"not yet: the {len(orders)} order(s) listed are not exactly the orders, "
-                   f"batch 8 not first, that reserve no more than {format_size(least)} "
-                   f"(batch 8 first). The judge says no more than that, order by order: reason "
-                   f"from the segment rules"), figures
+        return False, ("these are the orders that reserve more for the lesson's own step (three "
+                       "temporaries a capture); this model makes one: redo which requests find a "
+                       "free block big enough"), figures
+    if set(orders) == {o for o in everyone if o[0] != largest_first[0]}:
+        return False, ("not every order that starts with another batch than 8 reserves more: "
+                       "which first captures open a segment that largest first also opens?"), \
+            figures
+    return False, (f"not yet: the {len(orders)} order(s) listed are not exactly the orders in "
+                   f"which the pool reserves more than {format_size(least)} (batch 8 first). The "
+                   f"judge says no more than that, order by order: reason from the segment "
+                   f"rules"), figures
 
 
 # -- the lesson's predict questions (see why_a_cache)

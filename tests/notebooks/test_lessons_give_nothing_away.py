@@ -141,9 +141,10 @@ def headings_and_titles(cells, at) -> str:
     return "\n".join(found)
 
 
-# Words that give a choice question's keyed answer away without naming the choice: question ->
-# phrases that may appear nowhere before it, in its lesson or in any earlier one (a learner has
-# read those). Each was once a heading or a sentence ahead of its question.
+# Words that give a question's answer away without naming it (a choice question's keyed choice,
+# or the rule a size question turns on): question -> phrases that may appear nowhere before it,
+# in its lesson or in any earlier one (a learner has read those). Each was once a heading or a
+# sentence ahead of its question.
 TELLS = {
     "02.p2": ["still out of memory"],
     "04.p3": ["leave the `except` block first", "except block first"],
@@ -152,6 +153,7 @@ TELLS = {
     "10.p3": ["not a leak", "first `step()` makes them", "later steps update them in place"],
     "10.p4": ["the same step, more memory"],
     "10.p5": ["saw-tooth", "sawtooth"],
+    "11.p5": ["never merge", "never joined", "never be joined", "are not joined"],
     "12.p1": ["handed to the next tensor of that same stream at once"],
 }
 
@@ -215,9 +217,10 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
                 spoilers.append(f"{pid}: the text just before names {value!r}")
             if names_choice(headings_and_titles(cells, at), value, choices):
                 spoilers.append(f"{pid}: a heading or figure title names {value!r}")
-            for where, text in earlier_texts(cells, at):
-                if told(text, pid):
-                    spoilers.append(f"{pid}: {where} says {told(text, pid)!r}")
+        for where, text in earlier_texts(cells, at):
+            if told(text, pid):
+                spoilers.append(f"{pid}: {where} says {told(text, pid)!r}")
+        if kind == "choice":
             continue
         for where, text in earlier_texts(cells, at):
             found = (states_size(text, value) if kind == "size"
@@ -340,3 +343,4 @@ def test_the_finder_sees_the_spoilers_it_is_for():
     assert "yes, from the cache" in headings_and_titles(cells, 2)
     assert told(headings_and_titles(cells, 2), "10.p3") == "not a leak"
     assert told("The very workload above then succeeds.", "06.p2")
+    assert told("### Segments never merge: eight 16 MiB blocks", "11.p5")

@@ -1,0 +1,58 @@
+"""Every cell of a lesson can be re-run after Run All, in any order (issue 35 item 3): a learner
+who predicts after Run All re-runs a reveal, or goes back to an experiment, and gets neither an
+error nor a different verdict. So an experiment cell builds the state it measures, a reveal or an
+assert reads the figure its own experiment kept (never the live state a later cell moved on),
+and a cell that drops something (``del``, ``reset()``) can run twice.
+
+The lesson runs headless top to bottom in one kernel, then every code cell runs again, last to
+first, then first to last; no run may raise. Lesson 11's cell 20 once raised IndexError on a
+second run (``live[2]`` of the list it had cleared), and its ``reset()`` cell PoolError.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+
+from lesson_runs import ROOT
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+# The lessons checked so far; add one once all its cells re-run (each costs a few runs of it).
+RERUN_CHECKED = ("11",)
+
+
+def rerun_errors(key, progress) -> list:
+    """'cell i (pass): error' for every code cell that raised when run again after Run All."""
+    path = next((ROOT / "notebooks").glob(f"{key}_*.ipynb"))
+    nb = nbformat.read(path, as_version=4)
+    env = {"GPUMEMLAB_HEADLESS": "1", "GPUMEMLAB_PROGRESS": str(progress),
+           "GPUMEMLAB_QUIZ_SEED": "1", "MPLBACKEND": "Agg",
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    old = dict(os.environ)
+    os.environ.update(env)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    errors = []
+    try:
+        client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                                         resources={"metadata": {"path": str(path.parent)}})
+        with client.setup_kernel():
+            for name, order in (("Run All", code), ("again, last to first", code[::-1]),
+                                ("again, first to last", code)):
+                for i in order:
+                    cell = copy.deepcopy(nb.cells[i])
+                    client.execute_cell(cell, i)
+                    errors += [f"cell {i} ({name}): {o.get('ename')}: {o.get('evalue')}"
+                               for o in cell.outputs if o.get("output_type") == "error"]
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    return errors
+
+
+@pytest.mark.parametrize("key", RERUN_CHECKED)
+def test_every_cell_reruns_after_run_all_in_any_order(key, tmp_path):
+    errors = rerun_errors(key, tmp_path / "progress.json")
+    assert not errors, "\n".join(errors)
