@@ -95,8 +95,8 @@ def _orders_answer(answer) -> list:
     return orders
 
 
-_STEP_11EX = (f"ONE temporary of {format_size(TEMP_PER_SEQ_11EX)} a sequence that dies at the "
-              f"end of the capture, and an output of {format_size(OUT_PER_SEQ_11EX)} a sequence "
+_STEP_11EX = (f"ONE temporary of {TEMP_PER_SEQ_11EX // MiB} MiB a sequence that dies at the "
+              f"end of the capture, and an output of {OUT_PER_SEQ_11EX // MiB} MiB a sequence "
               f"that stays")
 
 

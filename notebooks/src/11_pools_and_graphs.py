@@ -215,7 +215,7 @@ assert devlog["expandable_segments:True"][2] == devlog["expandable_segments:True
 
 # %% [markdown]
 # With the defaults, none of the eight free 16 MiB segments can hold 32 MiB, and two segments
-# are never joined into one, even when they happen to lie side by side in the address space: so
+# are never joined into one, even when they happen to lie side by side in the address space. So
 # each request calls `cudaMalloc` again: 256 MiB reserved, twice what is live, and the eight free segments
 # stay cached until `empty_cache()`. With expandable segments the eight tensors were pages of one
 # segment: 128 MiB rounded up to whole 20 MiB pages, 140 MiB. Freed, they became one free range,
