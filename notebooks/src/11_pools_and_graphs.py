@@ -499,10 +499,11 @@ print(gml.experiment("graph_capture_order", gpu))
 # * The small and large pools, streams, and private pools are separate worlds; free memory in one
 #   never serves another (except a `use_on_oom` pool lending its cache).
 # * Expandable segments return free pages, but a live block pins the pages under it.
-# * A CUDA graph's pool stays reserved while any graph sharing it lives; capture the largest batch
-#   before the next largest, so that it fits inside what the largest freed. Largest first is one
-#   such order, not the only one: the 24 orders above reach the minimum whenever 8 comes before 4,
-#   wherever the two smallest batches go.
+# * A CUDA graph's pool stays reserved while any graph sharing it lives. Largest first
+#   reaches the least here, for both steps, since every later capture fits in what it freed;
+#   which other orders do depends on the step's requests: for this lesson's step, those that
+#   capture 8 before 4 (the 24 orders above); for the exercise's second model, a different set.
+#   Ask which request of which capture finds no freed block big enough.
 
 # %%
 gml.quiz("11")

@@ -93,3 +93,12 @@ def _reserved_by_pool(gpu) -> dict:
         pool = tuple(seg["segment_pool_id"])
         out[pool] = out.get(pool, 0) + seg["total_size"]
     return out
+
+
+def test_largest_first_reaches_the_least_for_both_steps():
+    # the take-away says so of the lesson's step and of the exercise's second model
+    from itertools import permutations
+    from gpumemlab.lessons.pools_and_graphs import (BATCHES_11, _second_model_reserved,
+                                                    reserved_11)
+    for reserved in (reserved_11, _second_model_reserved):
+        assert reserved(BATCHES_11) == min(reserved(o) for o in permutations(BATCHES_11))
