@@ -78,6 +78,7 @@ class Player:
         self._build_widgets(n, interval_ms)
         self.index = None
         self.goto(n - 1 if start is None else start)
+        self._link_widgets()
 
     # ---- kernel-side API
     def __len__(self):
@@ -222,6 +223,7 @@ class Player:
         self.history.goto(k)
         self.index = k
         self._segments = self.history.segments()  # built once a frame, read by map and metrics
+        self.play.value = k   # Play's jslinks copy its value over: it must say where we are
         self._frame_info()
         if self.canvas_widget is None:
             self._draw_frame()
@@ -271,8 +273,6 @@ class Player:
         self.slider = widgets.IntSlider(min=0, max=n - 1, step=1, value=0,
                                         description="event", continuous_update=False,
                                         layout=widgets.Layout(width="60%"))
-        # the Play button drives the slider in the browser; headless, goto() does
-        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
         self.text = widgets.HTML()
         self.image = widgets.Image(format="png")
         self.table = widgets.HTML()
@@ -283,10 +283,18 @@ class Player:
             # kernel hears of each move through the widget's index
             frame = self.canvas_widget
             self.slider.layout.display = "none"
-            self._canvas_link = widgets.jslink((self.play, "value"), (frame, "index"))
             frame.observe(self._on_canvas, names="index")
         self.widget = widgets.VBox([widgets.HBox([self.play, self.slider]), self.text,
                                     frame, self.table])
+
+    def _link_widgets(self) -> None:
+        """The Play button drives the slider (and the browser's drawing) in the browser;
+        headless, goto() does. Linked once the first event is shown: a link starts by copying
+        Play's value over, and an older value echoed back would move the player."""
+        import ipywidgets as widgets
+        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
+        if self.canvas_widget is not None:
+            self._canvas_link = widgets.jslink((self.play, "value"), (self.canvas_widget, "index"))
 
     def _on_slider(self, change) -> None:
         self._show(int(change["new"]))

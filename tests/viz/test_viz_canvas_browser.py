@@ -141,7 +141,9 @@ def test_browser_block_map_follows_the_slider_and_the_kernel_follows_it(tmp_path
     with lab_with_notebook(tmp_path, N_OPS) as browser:
         # the cell printed which frame it made: the browser's, not the PNG
         assert "CanvasPlayer" in browser.js(LAB_STATE)
-        first = browser.js(f"Object.assign({{}}, {ROOT_EL}.dataset)")
+        # read after the widgets' links have started (Play's must not pull the drawing to 0)
+        first = browser.js(f"new Promise(ok => setTimeout(() =>"
+                           f" ok(Object.assign({{}}, {ROOT_EL}.dataset)), 1500))")
         assert {k: first[k] for k in ("event", "segments", "blocks", "freeBlocks")} == \
             expected_at(h, n - 1)
         for k in (0, 1, n // 5, n // 2, n - 2, 17, 3 * n // 4, n - 1, n // 3):
