@@ -73,7 +73,17 @@ function layoutRows(rec, segs) {
     }
     y += rowH;  // a gap between the pools
   }
-  return { rows, height: Math.max(40, y + 4), rowH };
+  return { rows, rowH };
+}
+
+function mapHeight(rec) {
+  // one height for the whole recording, room for its most segments at once (plus the gap row):
+  // resizing a canvas reallocates it, which cost a jump up to 30 ms
+  const c = rec.c, delta = new Int32Array(rec.n + 3);
+  for (let i = 0; i < c.seg_t0.length; i++) { delta[c.seg_t0[i]]++; delta[c.seg_t1[i]]--; }
+  let live = 0, most = 1;
+  for (let t = 0; t < delta.length; t++) { live += delta[t]; most = Math.max(most, live); }
+  return Math.max(40, Math.min(MAP_MAX_H, (most + 1) * 18) + 12);
 }
 
 function render({ model, el }) {
@@ -102,6 +112,7 @@ function render({ model, el }) {
     slider.min = 0;
     slider.max = Math.max(0, rec.n - 1);
     timelineImage = drawTimelineImage();
+    map.height = mapHeight(rec);
     current = -1;
     draw(Math.min(Math.max(model.get("index"), 0), rec.n - 1));
   }
@@ -147,7 +158,8 @@ function render({ model, el }) {
     const start = performance.now();
     const c = rec.c, colours = rec.meta.colours;
     const { segs, blocks } = rec.stateAt(k);
-    const { rows, height, rowH } = layoutRows(rec, segs);
+    const { rows, rowH } = layoutRows(rec, segs);
+    const height = map.height;
     // rows by segment address, to find each block's row by bisection
     const byAddr = rows.slice().sort((a, b) => c.seg_address[a.seg] - c.seg_address[b.seg]);
     for (const b of blocks) {
@@ -162,7 +174,6 @@ function render({ model, el }) {
         if (a < c.seg_address[r.seg] + c.seg_size[r.seg]) r.blocks.push(b);
       }
     }
-    if (map.height !== height) map.height = height;  // resizing clears; we redraw all anyway
     const ctx = map.getContext("2d");
     ctx.clearRect(0, 0, WIDTH, height);
     const plotW = WIDTH - LEFT - RIGHT;

@@ -223,7 +223,6 @@ class Player:
         self.history.goto(k)
         self.index = k
         self._segments = self.history.segments()  # built once a frame, read by map and metrics
-        self.play.value = k   # Play's jslinks copy its value over: it must say where we are
         self._frame_info()
         if self.canvas_widget is None:
             self._draw_frame()
@@ -288,13 +287,16 @@ class Player:
                                     frame, self.table])
 
     def _link_widgets(self) -> None:
-        """The Play button drives the slider (and the browser's drawing) in the browser;
-        headless, goto() does. Linked once the first event is shown: a link starts by copying
-        Play's value over, and an older value echoed back would move the player."""
+        """The Play button drives the slider, or the browser's drawing, in the browser;
+        headless, goto() does. Linked once the first event is shown, from there: a link starts
+        by copying Play's value over. With the browser drawing, the hidden slider is linked to
+        nothing: its kernel-side moves, arriving after a drag has gone on, would pull the
+        drawing back through Play's link."""
         import ipywidgets as widgets
-        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
-        if self.canvas_widget is not None:
-            self._canvas_link = widgets.jslink((self.play, "value"), (self.canvas_widget, "index"))
+        self.play.value = self.index
+        target = (self.slider, "value") if self.canvas_widget is None else \
+            (self.canvas_widget, "index")
+        self._link = widgets.jslink((self.play, "value"), target)
 
     def _on_slider(self, change) -> None:
         self._show(int(change["new"]))

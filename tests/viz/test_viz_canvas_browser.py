@@ -2,7 +2,8 @@
 ``gml.player`` on a seeded recording, headless Chromium runs it, moves the widget's slider to
 events across the trace and reads back what the canvas drew (the widget writes the event, the
 segment, live-block and free-block counts to data attributes), hovers a block and reads its
-tooltip, and checks that the kernel's player followed the slider. The counts must equal the
+tooltip, and checks that the kernel's player followed the slider, after single moves and after a
+drag (a move every animation frame), and did not pull the drawing back. The counts must equal the
 kernel-side History's at each event. It also times random jumps in the browser and prints the
 figures (nothing timed is asserted: ``benchmarks/bench_canvas_player.py`` measures the
 100k-entry case).
@@ -154,6 +155,20 @@ def test_browser_block_map_follows_the_slider_and_the_kernel_follows_it(tmp_path
         browser.wait_for(f"[...document.querySelectorAll('.widget-html')].some(e =>"
                          f" e.innerText.startsWith('event {n // 3}:'))",
                          "the kernel's description of the event the slider moved to", limit=30)
+
+        # a drag: a move every animation frame for about a second, then the pointer rests; the
+        # kernel's answers to the throttled moves must not pull the drawing back
+        last = browser.js(f"(async () => {{ const r = {ROOT_EL}; const s = r.querySelector('input');"
+                          " let k = 0; for (let i = 0; i < 60; i++) {"
+                          f" k = 100 + i * {(n - 200) // 60}; s.value = k;"
+                          " s.dispatchEvent(new Event('input'));"
+                          " await new Promise(ok => requestAnimationFrame(ok)); }"
+                          " await new Promise(ok => setTimeout(ok, 2000)); return k; })()")
+        rested = browser.js(f"Object.assign({{}}, {ROOT_EL}.dataset)")
+        assert rested["event"] == str(last), (rested["event"], last)
+        browser.wait_for(f"[...document.querySelectorAll('.widget-html')].some(e =>"
+                         f" e.innerText.startsWith('event {last}:'))",
+                         "the kernel to follow the drag to its end", limit=30)
 
         k = n // 2
         jump(browser, k)

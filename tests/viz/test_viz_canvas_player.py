@@ -36,10 +36,12 @@ def test_canvas_player_sends_the_recording_and_follows_goto(gpu):
     assert w.meta["n_events"] == len(p) >= 28 and w.meta["colours"]["free"] == "#DDDDDD"
     assert "export default" in w._esm   # the module shipped in the package, read from disk
     # the payload is the History's recording: decoding it gives the kernel's block map
+    # Play's jslink starts by copying Play's value over: it must say where the player starts,
+    # or showing the widget pulls the browser back to event 0; it links to the drawing only
+    assert p.play.value == len(p) - 1 == w.index
+    assert p._link.source == (p.play, "value") and p._link.target == (w, "index")
     p.goto(21)
-    # the Play button's jslinks start from its value: it must say 21 too, or showing the widget
-    # pulls the browser back to event 0
-    assert w.index == 21 and p.play.value == 21
+    assert w.index == 21
     decoded = compact.decode(w.meta, w.data, 21)
     assert [(s[0], s[1]) for s in decoded] == \
         [(s["address"], s["total_size"]) for s in p.state["segments"]]
