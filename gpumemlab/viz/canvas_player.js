@@ -149,7 +149,8 @@ function render({ model, el }) {
     ctx.fillStyle = colours.allocated;
     ctx.fillText("allocated", LEFT + 64, TIMELINE_H - 3);
     ctx.fillStyle = "#333";
-    ctx.fillText("events 0.." + (n - 1), WIDTH - RIGHT - 90, TIMELINE_H - 3);
+    ctx.textAlign = "right";
+    ctx.fillText("events 0.." + (n - 1), WIDTH - RIGHT, TIMELINE_H - 3);
     return off;
   }
 
