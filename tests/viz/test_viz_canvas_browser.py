@@ -180,7 +180,8 @@ def test_browser_block_map_follows_the_slider_and_the_kernel_follows_it(tmp_path
                            " return r.dataset.hover; })()")
         assert hover.startswith(f"{size_text(size)} {state} | requested {size_text(requested)}"), \
             hover
-        assert f"stream {seg.stream}" in hover and "seg 0 (" in hover
+        number = h.state.addrs.index(seg.address)   # "seg N" numbers segments in address order
+        assert f"seg {number} ({seg.pool} pool, stream {seg.stream}" in hover, hover
         assert "frame " in hover and "canvas_recording.py" in hover, hover
 
         # timing: random jumps, each an input event drawn synchronously
