@@ -11,10 +11,16 @@ read it. Stepping applies one trace entry to the previous state (:class:`History
 re-replaying from the start. Its MIME bundle carries the current frame as ``text/html`` (the
 PNG inline, the event in words, the metrics table) and a one-line ``text/plain`` as well as the
 widget view (``gpumemlab.viz.static``), so an exported notebook shows the frame.
+
+Where a front end is there (a Jupyter kernel, ``GPUMEMLAB_HEADLESS`` unset) and anywidget
+imports, the frame is drawn in the browser instead (``gpumemlab.viz.canvas_widget``): the whole
+recording goes there once and the browser redraws on every slider move; the PNG is then made only
+when asked for (``player.png``, the exported copy). Headless, under nbval, it is the PNG as before.
 """
 from __future__ import annotations
 
 import io
+import os
 import textwrap
 from html import escape
 
@@ -33,7 +39,7 @@ LAYOUTS_KEPT = 32      # recent block-map layouts kept drawn (about 1.5 MB each 
 
 
 def player(source, *, device=None, request=None, interval_ms: int = 400, dpi: int = 72,
-           start=None) -> "Player":
+           start=None, canvas=None) -> "Player":
     """A :class:`Player` over the events of a snapshot with history, a device or replay result.
 
     Args:
@@ -41,16 +47,18 @@ def player(source, *, device=None, request=None, interval_ms: int = 400, dpi: in
         interval_ms: time between frames when Play runs.
         dpi: resolution of the rendered frame.
         start: the first event shown (default: the last one, the state the snapshot shows).
+        canvas: draw in the browser (True), as a PNG (False), or None: the browser when a front
+            end is there and anywidget imports.
     """
     return Player(source, device=device, request=request, interval_ms=interval_ms, dpi=dpi,
-                  start=start)
+                  start=start, canvas=canvas)
 
 
 class Player:
     """Kernel-side stepping over a :class:`History`, mirrored by widgets."""
 
     def __init__(self, source, *, device=None, request=None, interval_ms=400, dpi=72,
-                 start=None):
+                 start=None, canvas=None):
         self.history = source if isinstance(source, History) else History(source, device=device)
         n = len(self.history)
         if n == 0:
@@ -65,9 +73,12 @@ class Player:
         self.total_memory = self.history.source.total_memory
         self._timeline = timeline_data(self.history)
         self._build_figure()
+        self._png, self._png_index = None, None
+        self.canvas_widget = _canvas(self.history, canvas)
         self._build_widgets(n, interval_ms)
         self.index = None
         self.goto(n - 1 if start is None else start)
+        self._link_widgets()
 
     # ---- kernel-side API
     def __len__(self):
@@ -138,13 +149,17 @@ class Player:
         self._title = self.figure.text(0.02, 0.985, "", fontsize=9, va="top", ha="left",
                                        animated=True)
 
-    def _draw_map(self) -> None:
+    def _frame_info(self) -> None:
+        """The panels and block-map figures of the current state (no drawing)."""
         segments = self._segments
-        panels = plan_panels(segments)
+        self._panels = plan_panels(segments)
         room = None if self.request is None else driver_room(
             None, segments, total_memory=self.total_memory, trace=[self.event])
-        info = blockmap_info(panels, segments, self.history.rules, request=self.request,
-                             room=room)
+        self.blockmap_info = blockmap_info(self._panels, segments, self.history.rules,
+                                           request=self.request, room=room)
+
+    def _draw_map(self) -> None:
+        segments, panels, info = self._segments, self._panels, self.blockmap_info
         marks = _marks(segments, info)
         key = (tuple((p["title"], tuple(p["rows"]), p["max_bytes"],
                       tuple(segments[i]["total_size"] for i in p["rows"])) for p in panels), marks)
@@ -157,7 +172,6 @@ class Player:
             self._data += draw_panel_data(ax, panel, segments, info)
         for artist in self._data:
             artist.set_animated(True)
-        self.blockmap_info = info
 
     def _use_layout(self, key, panels, segments, marks) -> None:
         """Show the panels' axes and background for ``key``: from the cache of recent layouts
@@ -209,6 +223,22 @@ class Player:
         self.history.goto(k)
         self.index = k
         self._segments = self.history.segments()  # built once a frame, read by map and metrics
+        self._frame_info()
+        if self.canvas_widget is None:
+            self._draw_frame()
+        else:   # the browser draws; the PNG waits until someone reads player.png
+            self.canvas_widget.index = k
+        self._texts()
+
+    @property
+    def png(self) -> bytes:
+        """The current frame as PNG bytes (drawn now if the browser drew the frame)."""
+        if self._png_index != self.index:
+            self._draw_frame()
+        return self._png
+
+    def _draw_frame(self) -> None:
+        k = self.index
         self._draw_map()
         self._cursor.set_xdata([k, k])
         lines = [self.description()]
@@ -224,8 +254,11 @@ class Player:
         self.canvas.restore_region(self._background)
         for artist in self._data + [self._cursor, self._title]:
             artist.axes.draw_artist(artist) if artist.axes else self.figure.draw_artist(artist)
-        self.png = _png(self.canvas)
-        self.image.value = self.png
+        self._png, self._png_index = _png(self.canvas), self.index
+        if self.canvas_widget is None:
+            self.image.value = self._png
+
+    def _texts(self) -> None:
         verdict = self.blockmap_info.get("request_text")
         self.text.value = f"<b>{escape(self.description())}</b>" + \
             (f"<br>{escape(verdict)}" if verdict else "")
@@ -239,17 +272,39 @@ class Player:
         self.slider = widgets.IntSlider(min=0, max=n - 1, step=1, value=0,
                                         description="event", continuous_update=False,
                                         layout=widgets.Layout(width="60%"))
-        # the Play button drives the slider in the browser; headless, goto() does
-        self._link = widgets.jslink((self.play, "value"), (self.slider, "value"))
         self.text = widgets.HTML()
         self.image = widgets.Image(format="png")
         self.table = widgets.HTML()
         self.slider.observe(self._on_slider, names="value")
+        frame = self.image
+        if self.canvas_widget is not None:
+            # the browser's own slider drags the drawing; Play drives it there too, and the
+            # kernel hears of each move through the widget's index
+            frame = self.canvas_widget
+            self.slider.layout.display = "none"
+            frame.observe(self._on_canvas, names="index")
         self.widget = widgets.VBox([widgets.HBox([self.play, self.slider]), self.text,
-                                    self.image, self.table])
+                                    frame, self.table])
+
+    def _link_widgets(self) -> None:
+        """The Play button drives the slider, or the browser's drawing, in the browser;
+        headless, goto() does. Linked once the first event is shown, from there: a link starts
+        by copying Play's value over. With the browser drawing, the hidden slider is linked to
+        nothing: its kernel-side moves, arriving after a drag has gone on, would pull the
+        drawing back through Play's link."""
+        import ipywidgets as widgets
+        self.play.value = self.index
+        target = (self.slider, "value") if self.canvas_widget is None else \
+            (self.canvas_widget, "index")
+        self._link = widgets.jslink((self.play, "value"), target)
 
     def _on_slider(self, change) -> None:
         self._show(int(change["new"]))
+
+    def _on_canvas(self, change) -> None:
+        k = int(change["new"])
+        if 0 <= k < len(self.history) and k != self.index:
+            self.slider.value = k
 
     def _repr_mimebundle_(self, **kwargs):
         from gpumemlab.viz.static import escape, png_img, widget_bundle
@@ -264,6 +319,26 @@ class Player:
 
     def __repr__(self):
         return f"<{self._headline()}>"
+
+
+def _canvas(history, wanted):
+    """The browser's block map for ``history``, or None for the PNG: ``wanted`` True or False
+    decides; None asks for a Jupyter kernel, ``GPUMEMLAB_HEADLESS`` unset and anywidget."""
+    if wanted is False:
+        return None
+    if wanted is None:
+        if os.environ.get("GPUMEMLAB_HEADLESS"):
+            return None
+        try:
+            from IPython import get_ipython
+            import anywidget  # noqa: F401
+        except ImportError:
+            return None
+        ip = get_ipython()
+        if ip is None or getattr(ip, "kernel", None) is None:
+            return None
+    from gpumemlab.viz.canvas_widget import CanvasPlayer
+    return CanvasPlayer(history, index=len(history) - 1)
 
 
 def _png(canvas) -> bytes:

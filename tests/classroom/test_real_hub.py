@@ -18,38 +18,20 @@ jupyterhub dependency); the single-user servers expose Lab's app as ``window.jup
 cell runs through Lab's own ``notebook:run-cell`` command once the kernel is idle.
 """
 import importlib.util
-import itertools
-import json
 import os
 import pathlib
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import textwrap
-import time
-import urllib.request
 
 import pytest
+from cdp_browser import free_port as _free_port, start_chromium, stop as _stop
+from cdp_browser import wait_http as _wait_http
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHP = pathlib.Path(sys.prefix) / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
 USER = "student1"
-# what Lab shows, for a failure message: the main-area widget, its kernel, the cells' outputs
-LAB_STATE = ("(() => { const a = window.jupyterapp; if (!a) return 'no window.jupyterapp';"
-             " const w = [...a.shell.widgets('main')].find(w => w.sessionContext && w.content);"
-             " const k = w && w.sessionContext &&"
-             " w.sessionContext.session && w.sessionContext.session.kernel;"
-             " return JSON.stringify({widget: w && w.title.label, kernel: k && k.name,"
-             " status: k && k.status, outputs: [...document.querySelectorAll("
-             "'.jp-OutputArea-output')].map(o => o.innerText.slice(0, 300))}); })()")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _missing():
@@ -59,84 +41,6 @@ def _missing():
         gone.append(f"configurable-http-proxy ({CHP}; ./kit env installs it with npm)")
     gone += [tool for tool in ("chromium", "git") if shutil.which(tool) is None]
     return gone
-
-
-def _wait_http(url, proc, what, limit=60):
-    deadline = time.time() + limit
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except Exception:
-            if time.time() > deadline:
-                raise AssertionError(f"{what} did not answer at {url} within {limit} s")
-            time.sleep(0.3)
-
-
-def _stop(proc):
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-class Browser:
-    """Just enough of the DevTools protocol: evaluate JavaScript in one page, wait for it."""
-
-    def __init__(self, ws_url):
-        from tornado.ioloop import IOLoop
-        from tornado.websocket import websocket_connect
-        self._loop = IOLoop()
-        self._ids = itertools.count(1)
-        self._ws = self._loop.run_sync(lambda: websocket_connect(ws_url, max_message_size=2**26))
-
-    def call(self, method, **params):
-        msg_id = next(self._ids)
-
-        async def roundtrip():
-            await self._ws.write_message(json.dumps({"id": msg_id, "method": method,
-                                                     "params": params}))
-            while True:
-                raw = await self._ws.read_message()
-                if raw is None:
-                    raise AssertionError("chromium closed the DevTools connection")
-                reply = json.loads(raw)
-                if reply.get("id") == msg_id:
-                    return reply
-        reply = self._loop.run_sync(roundtrip, timeout=30)
-        if "error" in reply:
-            raise AssertionError(f"{method}: {reply['error']}")
-        return reply["result"]
-
-    def js(self, expression):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
-                           awaitPromise=True)
-        if "exceptionDetails" in result:
-            raise AssertionError(f"{expression!r} raised: {result['exceptionDetails']}")
-        return result["result"].get("value")
-
-    def wait_for(self, expression, what, limit=60):
-        deadline = time.time() + limit
-        while True:
-            try:
-                value = self.js(expression)
-            except AssertionError:      # a page being replaced mid-evaluation
-                value = None
-            if value:
-                return value
-            if time.time() > deadline:
-                raise AssertionError(f"timed out after {limit} s waiting for {what}; page at "
-                                     f"{self.js('location.href')!r}; Lab: {self.js(LAB_STATE)}")
-            time.sleep(0.5)
-
-    def close(self):
-        self._ws.close()
-        self._loop.close(all_fds=True)
 
 
 @pytest.fixture(scope="module")
@@ -203,17 +107,8 @@ def stack(tmp_path_factory):
         hub_url = f"http://127.0.0.1:{hub_port}"
         _wait_http(f"{hub_url}/hub/api", hub, f"JupyterHub (log: {tmp / 'hub.log'})")
 
-        cdp_port = _free_port()
-        chromium = subprocess.Popen(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             f"--remote-debugging-port={cdp_port}", "--remote-debugging-address=127.0.0.1",
-             f"--user-data-dir={tmp / 'chromium'}", "--window-size=1280,1000", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        chromium, browser = start_chromium(tmp / "chromium")
         procs.append(chromium)
-        _wait_http(f"http://127.0.0.1:{cdp_port}/json/version", chromium, "chromium")
-        with urllib.request.urlopen(f"http://127.0.0.1:{cdp_port}/json/list", timeout=5) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        browser = Browser(page["webSocketDebuggerUrl"])
         browser.call("Emulation.setFocusEmulationEnabled", enabled=True)
         try:
             yield {"hub": hub_url, "repo": repo, "browser": browser, "homes": homes,
