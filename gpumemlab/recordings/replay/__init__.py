@@ -20,6 +20,9 @@ The method is described in docs/REPLAY.md. The source is a snapshot with history
   entry's timeline point shows the request served; it is freed right after (the recorded
   program never had it).
 
+* **Pinned host memory** (``host=True``): the snapshot's ``host_traces`` on the host allocator
+  model instead (replay/host.py, docs/REPLAY.md "Pinned host memory").
+
 Frees are replayed at ``free_completed`` (when the real allocator made the block reusable).
 In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are replayed as
 ``empty_cache()`` and releases inside a malloc are left to the model. Not modelled: events

@@ -15,7 +15,7 @@ record_pinned_host_memory=True)``) on ``gpumemlab.allocator.host.CachingHostAllo
 
 A free is replayed at ``free_completed`` (when the real block became reusable: its copies'
 events done), so the replay needs no stream timing. A recorded ``segment_free`` outside a free
-(``torch._C._host_emptyCache()``) gives back that one cached block (``release_cached_block``).
+(``torch.accelerator.empty_host_cache()``) gives back that one cached block (``release_cached_block``).
 
 Where the trace does not allow an exact replay, the result says so in ``notes``: blocks alive
 before the trace began are rebuilt from their first entry (an address first seen in a free, or
