@@ -23,7 +23,7 @@ from gpumemlab.recordings.replay import ReplayError, replay, replay_devices
 from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap import show
 from gpumemlab.viz.frames import frame_text
-from gpumemlab.viz.host_view import host_figures
+from gpumemlab.viz.host_view import host_facts, host_line
 from gpumemlab.viz.metrics import fragmentation
 from gpumemlab.viz.text import text_blockmap
 
@@ -156,8 +156,7 @@ def _report_facts(snap, args) -> dict:
                          for size, req, addr, frames in live[: args.top]],
     }
     if "host_segments" in snap:
-        facts["host"] = {**host_figures(snap["host_segments"]),
-                         "trace_entries": len(snap.get("host_traces") or [])}
+        facts["host"] = host_facts(snap)
     if args.range:
         facts["range"] = _range_facts(snap, args.snapshot, args.range, args.top)
     return facts
@@ -173,12 +172,7 @@ def _report_text(f, snap) -> str:
            f"  trace entries: {', '.join(map(str, f['trace_entries'])) or 'none (no history)'}",
            f"  allocator settings: {f['alloc_conf'] or 'default'}"]
     if "host" in f:
-        h = f["host"]
-        out.append(f"  pinned host memory: {_size(h['pinned_bytes'])} in {h['blocks']} blocks "
-                   f"(requested {_size(h['requested_bytes'])}, rounding waste "
-                   f"{_size(h['rounding_waste_bytes'])}, awaiting a copy's event "
-                   f"{_size(h['awaiting_event_bytes'])}, cached free "
-                   f"{_size(h['cached_free_bytes'])}); {h['trace_entries']} host trace entries")
+        out.append("  " + host_line(f["host"]))
     frag = _fragmentation(snap) if f["fragmentation"] is not None else None
     if frag is not None:
         out += ["", str(frag)]
