@@ -130,3 +130,30 @@ def test_no_host_trace_and_device_only_options_say_so():
     snap, _ = _simulated_recording()
     with pytest.raises(ReplayError, match="gpu would be ignored"):
         replay(snap, host=True, gpu=SimulatedGPU("1GiB"))
+
+
+@pytest.mark.parametrize("conf", ["", "pinned_reserve_segment_size_mb:64",
+                                  "pinned_max_cached_size_mb:8"])
+def test_every_cut_of_the_ring_still_replays_at_the_recorded_addresses(conf):
+    """A ring buffer that dropped the first k host entries, for every k: reserve carves (no pin
+    of their own, the reserve's fill level read from the carves), blocks too big to cache
+    (a reuse without a pin is then a pin that fell off), a block held by a copy's event."""
+    gpu = SimulatedGPU("1GiB", alloc_conf=conf, record_pinned_host_memory=True)
+    keep = [gpu.pin(3 * MiB), gpu.pin(5000), gpu.pin(20 * MiB)]
+    keep[0].free()
+    keep[2].free()
+    keep += [gpu.pin(2 * MiB)]
+    gpu.host_empty_cache()
+    keep += [gpu.pin(9 * MiB), gpu.pin(MiB), gpu.empty(MiB)]
+    gpu.copy_(keep[-1], keep[-2], non_blocking=True)
+    keep[-2].free()
+    keep += [gpu.pin(MiB)]
+    gpu.synchronize()
+    keep += [gpu.pin(MiB)]
+    snap = gpu.snapshot()
+    results = []
+    for cut in range(len(snap["host_traces"])):
+        cut_snap = dict(snap, host_traces=snap["host_traces"][cut:])
+        r = replay(cut_snap, host=True)
+        results.append((cut, r.address_mismatches, r.final_state_matches))
+    assert results == [(cut, 0, True) for cut in range(len(snap["host_traces"]))]

@@ -17,11 +17,12 @@ A free is replayed at ``free_completed`` (when the real block became reusable: i
 events done), so the replay needs no stream timing. A recorded ``segment_free`` outside a free
 (``torch.accelerator.empty_host_cache()``) gives back that one cached block (``release_cached_block``).
 
-Where the trace does not allow an exact replay, the result says so in ``notes``: blocks alive
-before the trace began are rebuilt from their first entry (an address first seen in a free, or
-reused without a ``segment_alloc``) and from ``host_segments`` blocks the trace never touches;
-their order in a free list is inferred from when the trace reuses them. Blocks carved from a
-reserve segment made before the trace began are pinned where recorded but not carved.
+A trace that begins mid-run (the ring buffer wrapped) is said in ``notes``: blocks alive before
+it are rebuilt from their first entry (an address first seen in a free, or reused without a
+``segment_alloc``) and from ``host_segments`` blocks the trace never touches, in the free-list
+order their reuse implies; an ``alloc`` with no block to reuse is a pin whose entry fell off; a
+reserve segment made before the trace is rebuilt where recorded, its carves placed at their
+addresses and its fill level read from them.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 
 from gpumemlab.allocator import AllocatorConfig
 from gpumemlab.allocator.host import CachingHostAllocator, HostOutOfMemoryError
+from gpumemlab.allocator.host.rounding import reserve_carve
 from gpumemlab.allocator.host.snapshot import host_segments
 from gpumemlab.units import format_size, parse_size
 
@@ -87,12 +89,34 @@ class HostReplayResult:
         return f"<HostReplayResult: {self.summary()}>"
 
 
-def _start_blocks(trace, segments):
+def _reserve_of(trace, segments, config):
+    """(start, size, made in the trace) of the recording's reserve segment, or None: the first
+    ``segment_alloc`` of ``pinned_reserve_segment_size_mb`` bytes (the process's first pin
+    makes it), else a ``pinned_reserve`` host segment."""
+    size = config.pinned_reserve_segment_size_mb << 20
+    if not size:
+        return None
+    for e in trace:
+        if e["action"] == "segment_alloc" and e["size"] == size:
+            return e["addr"], size, True
+    for seg in segments:
+        if seg.get("segment_type") == "pinned_reserve":
+            return seg["address"], seg["total_size"], False
+    return None
+
+
+def _start_blocks(trace, segments, reserve, max_cached):
     """Blocks alive before the first entry: address -> (size, state, first reuse index).
 
     state: "allocated" (first seen freed), "cached" (first seen reused without a pin, or given
-    back), or the recorded block state for host_segments blocks the trace never names."""
-    start, seen = {}, set()
+    back), or the recorded block state for host_segments blocks the trace never names. A block
+    carved from the reserve has no pin of its own: when the reserve was made in the trace, a
+    first alloc inside it is a new carve; when before, one below the start carves' end is a
+    cached carve and one above it a new carve."""
+    def inside(a):
+        return reserve is not None and reserve[0] <= a < reserve[0] + reserve[1]
+
+    start, seen, carve_candidates = {}, set(), {}
     for i, e in enumerate(trace):
         a, action = e.get("addr"), e["action"]
         if action not in _ACTIONS or a in seen:
@@ -105,29 +129,63 @@ def _start_blocks(trace, segments):
         elif action == "alloc":
             pinned_here = any(t["action"] == "segment_alloc" and t["addr"] == a
                               for t in trace[max(0, i - 1):i + 2])
-            if not pinned_here:
-                start[a] = (e["size"], "cached", i)
+            if inside(a):
+                if not reserve[2]:
+                    carve_candidates[a] = (e["size"], "cached", i)
+            elif not pinned_here and e["size"] <= max_cached:   # else never cached: a pin
+                start[a] = (e["size"], "cached", i)              # whose entry fell off
         elif action == "segment_free":
             start[a] = (e["size"], "cached", None)
     for seg in segments:
-        if seg.get("segment_type") == "pinned_reserve":
+        is_reserve = seg.get("segment_type") == "pinned_reserve"
+        if is_reserve and (reserve is None or reserve[2]):
             continue
         for b in seg["blocks"]:
-            if b["address"] not in seen and b["address"] not in start:
+            a = b["address"]
+            if is_reserve and b["state"] == "inactive" and \
+                    a + b["size"] == seg["address"] + seg["total_size"]:
+                continue            # the reserve's unused rest
+            if a not in seen and a not in start:
                 state = "cached" if b["state"] == "inactive" else "allocated"
-                start[b["address"]] = (b["size"], state, None)
+                start[a] = (b["size"], state, None)
+    carves_end = max((a + reserve_carve(start[a][0]) for a in start if inside(a)), default=0)
+    start.update({a: v for a, v in carve_candidates.items() if a < carves_end})
     return start
 
 
-def _build_start(alloc, start, faithful):
+def _pin_start_block(alloc, addr, size, reserve, faithful):
+    """One start block at its recorded address: carved where recorded inside the reserve (its
+    bump pointer set there), else pinned with the reserve taken as full (it was, or the real
+    allocator would have carved it)."""
+    if not faithful:
+        return alloc.allocate(size)
+    res = alloc.reserve
+    if reserve is not None and res is not None and res.initialized and res.owns(addr):
+        res.current = addr
+        return alloc.allocate(size)
+    alloc.memory.reserve_next_address(addr)
+    if res is None or not res.initialized:
+        return alloc.allocate(size)
+    current, res.current = res.current, res.start + res.size
+    try:
+        return alloc.allocate(size)
+    finally:
+        res.current = current
+
+
+def _build_start(alloc, start, reserve, faithful):
     """Pin each start block (at its recorded address when faithful); cache the cached ones so
     that the first reused is the last pushed. -> recorded address -> model block."""
-    blocks = {}
+    if faithful and reserve is not None and not reserve[2]:
+        alloc.memory.reserve_next_address(reserve[0])   # made by the process's first pin
+        alloc._reserve_segment(0)
+    blocks, end = {}, None
     for addr in sorted(start):
-        size = start[addr][0]
-        if faithful:
-            alloc.memory.reserve_next_address(addr)
-        blocks[addr] = alloc.allocate(size)
+        blocks[addr] = _pin_start_block(alloc, addr, start[addr][0], reserve, faithful)
+        if alloc.reserve is not None and alloc.reserve.owns(blocks[addr].ptr):
+            end = max(end or 0, alloc.reserve.current)
+    if end is not None:
+        alloc.reserve.current = end
     cached = [a for a in start if start[a][1] == "cached"]
     never = float("inf")
     # free list: last freed, first reused; reused later (or never) goes in first
@@ -168,16 +226,16 @@ def replay_host(source, alloc_conf=None, host_memory=None) -> HostReplayResult:
     total = None if host_memory is None else parse_size(host_memory, name="host_memory")
     alloc = CachingHostAllocator(config, total)
     notes = []
-    start = _start_blocks(trace, snap.get("host_segments") or [])
-    by_addr = _build_start(alloc, start, faithful)
+    segments = snap.get("host_segments") or []
+    reserve = _reserve_of(trace, segments, config)
+    start = _start_blocks(trace, segments, reserve, config.pinned_max_cached_size)
+    by_addr = _build_start(alloc, start, reserve, faithful)
     if start:
         notes.append(f"{len(start)} pinned blocks were alive before the host trace began: "
                      f"rebuilt from their first entries and host_segments")
-    if any(s.get("segment_type") == "pinned_reserve" for s in snap.get("host_segments") or []) \
-            and not any(e["action"] == "segment_alloc" and e["size"] ==
-                        config.pinned_reserve_segment_size_mb * 2**20 for e in trace):
-        notes.append("the reserve segment was made before the host trace began: its carves are "
-                     "pinned where recorded, not carved from it")
+    if reserve is not None and not reserve[2]:
+        notes.append("the reserve segment was made before the host trace began: its carves "
+                     "are placed where recorded, its fill level taken from the last of them")
     pins_before = alloc.stats.allocations.allocated
     mismatches = seg_mismatches = allocations = unknown = replayed = 0
     first, oom, skip_pin = None, None, set()
@@ -195,6 +253,16 @@ def replay_host(source, alloc_conf=None, host_memory=None) -> HostReplayResult:
                     and nxt["addr"] == addr):   # a writer that records the pin after the alloc
                 alloc.memory.reserve_next_address(addr)
                 skip_pin.add(i + 1)
+            elif (faithful and addr not in alloc.blocks and addr not in alloc.memory.next_addresses
+                  and not (alloc.reserve is not None and alloc.reserve.owns(addr))):
+                # no block there to reuse: the real allocator pinned one (its segment_alloc
+                # fell off the ring before the trace began)
+                alloc.memory.reserve_next_address(addr)
+            elif (faithful and reserve is not None and not reserve[2] and addr not in alloc.blocks
+                  and alloc.reserve.owns(addr) and addr > alloc.reserve.current):
+                # a new carve of a reserve made before the trace: carves before it that were
+                # given back left no entry, so its address is the fill level
+                alloc.reserve.current = addr
             try:
                 # the request, where the writer kept it (the kit's requested_size), re-rounds
                 # under a what-if's settings; else the recorded size is asked for
