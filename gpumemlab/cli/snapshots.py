@@ -48,6 +48,9 @@ def register(subparsers) -> None:
     p.add_argument("--device", type=int, default=None,
                    help="replay only this device's trace (default: every device with a trace)")
     p.add_argument("--json", action="store_true", help="print each device's result as JSON")
+    p.add_argument("--host", action="store_true",
+                   help="replay the pinned host trace (host_traces, torch 2.14's "
+                        "record_pinned_host_memory=True) instead")
     p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("replay", help="what-if: replay under other allocator settings",
@@ -269,6 +272,11 @@ def _png(snap, path, say) -> None:
 
 def cmd_verify(args) -> int:
     snap = _load(args.snapshot)
+    if args.host:
+        if args.device is not None:
+            raise CLIError("--device picks a device's trace; --host replays the host trace")
+        from gpumemlab.cli.host_verify import verify_host
+        return verify_host(snap, args.snapshot, args.json)
     devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
     several = len(devices) > 1
     checked = [_verify_device(snap, args.snapshot, device) for device in devices]

@@ -157,3 +157,22 @@ def test_every_cut_of_the_ring_still_replays_at_the_recorded_addresses(conf):
         r = replay(cut_snap, host=True)
         results.append((cut, r.address_mismatches, r.final_state_matches))
     assert results == [(cut, 0, True) for cut in range(len(snap["host_traces"]))]
+
+
+def test_gpumemlab_verify_host_exits_0_only_when_every_host_address_is_reproduced(tmp_path,
+                                                                                   capsys):
+    import json
+
+    from gpumemlab.cli import main
+    from gpumemlab.recordings.files import dump_snapshot
+
+    good, bad = tmp_path / "good.pickle", tmp_path / "bad.pickle"
+    dump_snapshot(_hand_made(), good)
+    dump_snapshot(_hand_made(reuse_addr=A), bad)
+    assert main(["verify", str(good), "--host"]) == 0
+    assert "verified: every host address reproduced" in capsys.readouterr().out
+    assert main(["verify", str(bad), "--host"]) == 1
+    assert "NOT verified" in capsys.readouterr().out
+    assert main(["verify", str(bad), "--host", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["verified"] is False and out["host"]["address_mismatches"] == 2
