@@ -152,3 +152,24 @@ def test_pin_size_follows_the_recorded_round_threshold(monkeypatch):
     assert gpu.pin(20 * MiB).size == 20 * MiB      # above the threshold: its exact size
     assert gpu.pin(5 * MiB).size == 8 * MiB
     gpu.close()
+
+
+def test_copy_and_lesson_15s_workload_take_the_pinned_path_on_a_card(monkeypatch):
+    """copy_ moves the bytes; offload_activations (lesson 15's gml.experiment workload) pins on a
+    CudaGPU as on the simulator, so both runs have the same steps (its synchronize included)."""
+    from gpumemlab.lessons.memory_beyond_the_gpu import offload_activations
+
+    card = FakeCard(monkeypatch, _record_2_14, _recorded_snapshot())
+    gpu = CudaGPU("1GiB")
+    host, dev = gpu.pin(4096), gpu.empty(4096)
+    dev.tensor.fill_(7)
+    gpu.copy_(host, dev)
+    assert int(host.tensor.sum()) == 7 * 4096
+    with pytest.raises(ValueError, match="copy_ of 4096 bytes into 16"):
+        gpu.copy_(gpu.pin(16), dev)
+    card.pinned_calls.clear()
+    rec = offload_activations(gpu)
+    assert card.pinned_calls.count(True) == 4          # one pin per activation
+    sim = offload_activations(SimulatedGPU("1GiB"))
+    assert [s["what"] for s in rec.steps] == [s["what"] for s in sim.steps]
+    gpu.close()
