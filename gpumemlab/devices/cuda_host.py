@@ -159,6 +159,11 @@ class CudaHostAPI:
         """``torch.cuda.memory.host_memory_stats()``."""
         return self._host_stats_fn()()
 
+    def host_memory_stats_as_nested_dict(self) -> dict:
+        """``torch.cuda.memory.host_memory_stats_as_nested_dict()``."""
+        self._host_stats_fn()
+        return self._torch.cuda.memory.host_memory_stats_as_nested_dict()
+
     def host_pinned_bytes(self) -> int:
         """Bytes PyTorch's host allocator has pinned now (``allocated_bytes.current``: blocks in
         use, cached or waiting for events)."""
