@@ -23,7 +23,7 @@ from gpumemlab.recordings.replay import ReplayError, replay, replay_devices
 from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap import show
 from gpumemlab.viz.frames import frame_text
-from gpumemlab.viz.host_view import host_figures
+from gpumemlab.viz.host_view import host_facts, host_line
 from gpumemlab.viz.metrics import fragmentation
 from gpumemlab.viz.text import text_blockmap
 
@@ -48,6 +48,9 @@ def register(subparsers) -> None:
     p.add_argument("--device", type=int, default=None,
                    help="replay only this device's trace (default: every device with a trace)")
     p.add_argument("--json", action="store_true", help="print each device's result as JSON")
+    p.add_argument("--host", action="store_true",
+                   help="replay the pinned host trace (host_traces, torch 2.14's "
+                        "record_pinned_host_memory=True) instead")
     p.set_defaults(func=cmd_verify)
 
     p = subparsers.add_parser("replay", help="what-if: replay under other allocator settings",
@@ -156,8 +159,7 @@ def _report_facts(snap, args) -> dict:
                          for size, req, addr, frames in live[: args.top]],
     }
     if "host_segments" in snap:
-        facts["host"] = {**host_figures(snap["host_segments"]),
-                         "trace_entries": len(snap.get("host_traces") or [])}
+        facts["host"] = host_facts(snap)
     if args.range:
         facts["range"] = _range_facts(snap, args.snapshot, args.range, args.top)
     return facts
@@ -173,12 +175,7 @@ def _report_text(f, snap) -> str:
            f"  trace entries: {', '.join(map(str, f['trace_entries'])) or 'none (no history)'}",
            f"  allocator settings: {f['alloc_conf'] or 'default'}"]
     if "host" in f:
-        h = f["host"]
-        out.append(f"  pinned host memory: {_size(h['pinned_bytes'])} in {h['blocks']} blocks "
-                   f"(requested {_size(h['requested_bytes'])}, rounding waste "
-                   f"{_size(h['rounding_waste_bytes'])}, awaiting a copy's event "
-                   f"{_size(h['awaiting_event_bytes'])}, cached free "
-                   f"{_size(h['cached_free_bytes'])}); {h['trace_entries']} host trace entries")
+        out.append("  " + host_line(f["host"]))
     frag = _fragmentation(snap) if f["fragmentation"] is not None else None
     if frag is not None:
         out += ["", str(frag)]
@@ -275,6 +272,11 @@ def _png(snap, path, say) -> None:
 
 def cmd_verify(args) -> int:
     snap = _load(args.snapshot)
+    if args.host:
+        if args.device is not None:
+            raise CLIError("--device picks a device's trace; --host replays the host trace")
+        from gpumemlab.cli.host_verify import verify_host
+        return verify_host(snap, args.snapshot, args.json)
     devices = [args.device] if args.device is not None else (replay_devices(snap) or [None])
     several = len(devices) > 1
     checked = [_verify_device(snap, args.snapshot, device) for device in devices]

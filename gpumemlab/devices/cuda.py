@@ -13,6 +13,10 @@ Before it takes anything it checks that the budget fits the card and is free now
 too busy for it raises ``CardTooBusyError`` (``device()`` then says so and returns the simulator).
 ``budget_message`` says what it took.
 
+Pinned host memory (``pin``, ``copy_``, ``host_memory_stats``, and ``host_segments`` /
+``host_traces`` in ``snapshot()`` with ``record_pinned_host_memory=True``) goes through torch
+where the installed torch has it (devices/cuda_host.py); where it does not, one line says so.
+
 The fraction and the history are process-wide in PyTorch, so one CudaGPU is open at a time:
 opening another closes the previous one. ``close()`` frees every allocation it made, empties the
 cache, stops recording, lifts the cap, and returns a line saying so.
@@ -30,6 +34,7 @@ from .budget import BudgetError, CardTooBusyError, decide_budget, fraction_for
 
 from .simulated import SimulatedGPU
 from .cuda_pools import CudaPoolsAPI
+from .cuda_host import CudaHostAPI, HostRecordingUnavailable  # noqa: F401  (gml's name)
 
 __all__ = ["CudaGPU", "CudaAllocation", "device", "cuda_available"]
 
@@ -72,13 +77,14 @@ class CudaAllocation:
         return f"<CudaAllocation {self.nbytes} bytes at {self.address:#x}, {state}>"
 
 
-class CudaGPU(CudaPoolsAPI):
+class CudaGPU(CudaPoolsAPI, CudaHostAPI):
     """Real GPU memory under a budget, with the SimulatedGPU interface (``kind == "cuda"``)."""
 
     kind = "cuda"
 
     def __init__(self, budget="4GiB", alloc_conf: str | None = None, *, device_index: int = 0,
-                 record_history: bool = True, max_entries: int = sys.maxsize):
+                 record_history: bool = True, max_entries: int = sys.maxsize,
+                 record_pinned_host_memory: bool = False):
         global _current
         import torch
         if not torch.cuda.is_available():
@@ -87,10 +93,12 @@ class CudaGPU(CudaPoolsAPI):
         if not 0 <= device_index < torch.cuda.device_count():
             raise ValueError(f"device_index {device_index} out of range: "
                              f"{torch.cuda.device_count()} CUDA device(s)")
+        self._torch = torch
+        # before anything is taken or closed: a torch that cannot record the host says so here
+        host_kwargs = self._init_cuda_host(record_pinned_host_memory and record_history)
         previous = _current() if _current is not None else None
         if previous is not None:
             previous.close()
-        self._torch = torch
         self.device_index = device_index
         self._dev = torch.device("cuda", device_index)
         props = torch.cuda.get_device_properties(device_index)
@@ -117,7 +125,7 @@ class CudaGPU(CudaPoolsAPI):
         if record_history:
             torch.cuda.memory._record_memory_history(enabled="all", context="all",
                                                      stacks="python", max_entries=max_entries,
-                                                     device=device_index)
+                                                     device=device_index, **host_kwargs)
         self._recording = record_history
         _current = weakref.ref(self)
 
@@ -214,7 +222,9 @@ class CudaGPU(CudaPoolsAPI):
         return self._torch.cuda.memory_summary(self._dev, abbreviated=abbreviated)
 
     def snapshot(self) -> dict:
-        """``torch.cuda.memory._snapshot()``, this device's segments and trace only."""
+        """``torch.cuda.memory._snapshot()``, this device's segments and trace only; with
+        ``record_pinned_host_memory=True`` (torch >= 2.14) torch's ``host_segments`` and
+        ``host_traces`` as it wrote them (the process's pinned memory, not a device's)."""
         snap = self._torch.cuda.memory._snapshot()
         snap["segments"] = [s for s in snap["segments"] if s["device"] == self.device_index]
         return snap
@@ -273,6 +283,7 @@ class CudaGPU(CudaPoolsAPI):
         live = [a for a in list(self._allocations) if not a.freed]
         for a in live:
             a.tensor = None
+        pinned = self._free_pinned()
         self._streams.clear()
         torch = self._torch
         torch.cuda.synchronize(self._dev)
@@ -284,8 +295,9 @@ class CudaGPU(CudaPoolsAPI):
         torch.cuda.set_per_process_memory_fraction(1.0, self._dev)
         if _current is not None and _current() is self:
             _current = None
+        pinned_note = f" and {pinned} pinned host allocation(s)" if pinned else ""
         return (f"closed the CudaGPU: freed {len(live)} live allocation(s) of "
-                f"{format_size(sum(a.nbytes for a in live))}, returned {format_size(returned)} of "
+                f"{format_size(sum(a.nbytes for a in live))}{pinned_note}, returned {format_size(returned)} of "
                 f"cached memory to the driver, lifted the {format_size(self.budget)} cap")
 
     def __enter__(self):

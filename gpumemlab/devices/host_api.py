@@ -112,7 +112,7 @@ class HostAPI:
         return self.host_allocator.host_memory_stats_as_nested_dict()
 
     def host_empty_cache(self) -> None:
-        """``torch._C._host_emptyCache()``: free the cached pinned blocks."""
+        """``torch.accelerator.empty_host_cache()``: free the cached pinned blocks."""
         with self._lock:
             self.host_allocator.empty_cache()
 

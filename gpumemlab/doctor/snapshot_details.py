@@ -14,7 +14,7 @@ __all__ = ["DETAILS_KEYS", "new_details", "result_dict", "start_dict", "start_li
 
 DETAILS_KEYS = ("oom_entry", "recorded_oom", "alloc_conf", "oom_during", "shortfall_bytes",
                 "allocator_share_bytes", "state", "fit", "devices", "start_state", "faithful",
-                "whatif", "smallest_card", "search")
+                "whatif", "smallest_card", "search", "host")
 
 
 def new_details(**given) -> dict:

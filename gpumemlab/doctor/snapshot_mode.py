@@ -18,6 +18,7 @@ from gpumemlab.recordings.replay import replay
 from gpumemlab.recordings.replay.prepare import recorded_alloc_conf, replay_devices
 from gpumemlab.recordings.source import read_snapshot
 from gpumemlab.units import format_size, parse_size
+from gpumemlab.viz.host_view import host_facts, host_line
 
 from .devices import choose_device, devices_line
 from .diagnosis import Diagnosis
@@ -42,8 +43,21 @@ ASSUMPTIONS = [
 
 def diagnose_snapshot(source, *, total_memory=None, request=None, device=None,
                       search: bool = True, workers=None, budget_s=None) -> Diagnosis:
-    """The doctor's snapshot mode (``gml.doctor(path_or_dict)``)."""
+    """The doctor's snapshot mode (``gml.doctor(path_or_dict)``); a snapshot with pinned host
+    memory (``host_segments``) also gets its host figures: one evidence line and
+    ``details["host"]`` (the device's OOM is not the host's, so they change no verdict)."""
     snap = read_snapshot(source)
+    d = _diagnose(snap, total_memory=total_memory, request=request, device=device,
+                  search=search, workers=workers, budget_s=budget_s)
+    host = host_facts(snap.snapshot)
+    if host is not None:
+        d.evidence.append(host_line(host))
+    if isinstance(d.details, dict):
+        d.details["host"] = host
+    return d
+
+
+def _diagnose(snap, *, total_memory, request, device, search, workers, budget_s) -> Diagnosis:
     name = snap.name or "snapshot"
     card = None if total_memory is None else parse_size(total_memory, name="total_memory",
                                                         round_down=True)

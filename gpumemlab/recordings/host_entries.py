@@ -61,12 +61,17 @@ def _host_segment(seg, i) -> dict:
     return seg
 
 
-def _host_trace(e, k) -> dict:
+def _host_trace(e, k, known_actions) -> dict:
     where = f"host_traces[{k}]"
     if not isinstance(e, dict) or not isinstance(e.get("action"), str):
         raise _Bad(f"{where}: expected a dict with an 'action'")
-    _int(e, "addr", where)
-    _int(e, "size", where)
+    # as the device reader (files._trace): an oom names device_free, not addr; an action this
+    # reader does not know passes through, like _memory_viz does
+    if e["action"] in known_actions:
+        _int(e, "device_free" if e["action"] == "oom" else "addr", where)
+        _int(e, "size", where)
+    if "requested_size" in e:      # the kit's writer adds it to alloc entries
+        _int(e, "requested_size", where)
     e = dict(e)
     e.setdefault("stream", 0)
     e.setdefault("time_us", 0)
@@ -78,6 +83,7 @@ def read_host_entries(data: dict, out: dict, note) -> None:
     one line said when they are malformed."""
     if "host_segments" not in data and "host_traces" not in data:
         return
+    from .files import TRACE_ACTIONS   # files imports this module
     out.pop("host_segments", None)
     out.pop("host_traces", None)
     try:
@@ -88,7 +94,7 @@ def read_host_entries(data: dict, out: dict, note) -> None:
         if not isinstance(traces, list):
             raise _Bad(f"'host_traces' is {type(traces).__name__}, expected a list")
         host_segments = [_host_segment(s, i) for i, s in enumerate(segments)]
-        host_traces = [_host_trace(e, k) for k, e in enumerate(traces)]
+        host_traces = [_host_trace(e, k, TRACE_ACTIONS) for k, e in enumerate(traces)]
     except _Bad as exc:
         note(f"host memory not read ({exc}); the device part is")
         return

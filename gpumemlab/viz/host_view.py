@@ -72,6 +72,24 @@ def host_figures(segments) -> dict:
     return _totals(free_lists(segments))
 
 
+def host_facts(snap: dict):
+    """A snapshot dict's host figures (``host_figures`` and its host trace's length), or None
+    when it has no host entries: what ``gpumemlab report`` and the doctor print."""
+    if "host_segments" not in snap:
+        return None
+    return {**host_figures(snap["host_segments"]),
+            "trace_entries": len(snap.get("host_traces") or [])}
+
+
+def host_line(h: dict) -> str:
+    """One line for ``host_facts``'s figures."""
+    return (f"pinned host memory: {format_size(h['pinned_bytes'])} in {h['blocks']} blocks "
+            f"(requested {format_size(h['requested_bytes'])}, rounding waste "
+            f"{format_size(h['rounding_waste_bytes'])}, awaiting a copy's event "
+            f"{format_size(h['awaiting_event_bytes'])}, cached free "
+            f"{format_size(h['cached_free_bytes'])}); {h['trace_entries']} host trace entries")
+
+
 def _totals(lists) -> dict:
     out = {"pinned_bytes": sum(r["pinned_bytes"] for r in lists),
            "blocks": sum(r["blocks"] for r in lists)}

@@ -149,7 +149,7 @@ fig
 print(f"after synchronize() and freeing the second: awaiting an event "
       f"{fmt(after['awaiting_event_bytes'])}, cached free {fmt(after['cached_free_bytes'])}, "
       f"still pinned {fmt(after['pinned_bytes'])}")
-sim.host_empty_cache()                             # torch._C._host_emptyCache()
+sim.host_empty_cache()                             # torch.accelerator.empty_host_cache()
 print(f"after host_empty_cache(): pinned {fmt(sim.host_pinned_bytes())} (the third buffer is live)")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -173,7 +173,7 @@ except HostOutOfMemoryError as exc:
     failed = exc
 print(f"the 48 MiB pin: {failed or 'fitted'}")
 print(f"still pinned after the failure: {fmt(sim.host_pinned_bytes())} (the cached block)")
-sim.host_empty_cache()                             # torch._C._host_emptyCache()
+sim.host_empty_cache()                             # torch.accelerator.empty_host_cache()
 retry = sim.pin(48 * MiB)
 print(f"after host_empty_cache(), the same pin: {fmt(retry.size)} pinned, "
       f"{fmt(sim.host_pinned_bytes())} in all")
@@ -385,7 +385,7 @@ print(f"each activation of the scenario: {fmt(device_chunk(gpu, 16))} (the card'
 # * `pinned_max_round_threshold_mb` (PyTorch 2.13+) pins requests above it at their exact size;
 #   requests at or below it are still rounded.
 # * A pinned block used by a non-blocking copy is not reused until the copy's event completes;
-#   cached pinned blocks stay pinned until `torch._C._host_emptyCache()`.
+#   cached pinned blocks stay pinned until `torch.accelerator.empty_host_cache()`.
 # * Offload trades device memory for copies and pinned host memory; checkpointing trades it for
 #   arithmetic. Count the host side with the rounding.
 

@@ -1,6 +1,8 @@
 """The doctor on pinned host memory's failures (message/host_path.py): the kit's own host OOM
 (SimulatedGPU.pin raising as cudaHostAlloc does) read back with its rounding waste, the Linux OOM
-killer after pinning named, and texts that are not the host path left to the other readers."""
+killer after pinning named, and texts that are not the host path left to the other readers; in snapshot mode, the host figures beside the device verdict."""
+import pytest
+
 from gpumemlab.allocator.host import explain_host_oom
 from gpumemlab.devices.simulated import SimulatedGPU
 from gpumemlab.doctor.message.mode import diagnose_message
@@ -60,3 +62,26 @@ def test_tensorflows_pinned_host_error_stays_with_the_foreign_reader():
     text = ("W tensorflow/core/common_runtime/device/device_host_allocator.h:46] could not "
             "allocate pinned host memory of size: 34359738368")
     assert diagnose_message(text).details["framework"] == "host_pinned"
+
+
+def test_a_snapshot_with_pinned_memory_gets_the_host_figures_beside_the_device_verdict():
+    """Snapshot mode: a device OOM in a run that pinned 20.4 MiB keeps its device verdict and
+    adds the host figures (32 MiB pinned, 11.6 MiB of it rounding) as evidence and details."""
+    import gpumemlab as gml
+
+    def run(record_host):
+        gpu = gml.SimulatedGPU("1GiB", record_pinned_host_memory=record_host)
+        gpu.keep = [gpu.pin(int(20.4 * 2**20)), gpu.empty(300 * 2**20)]
+        with pytest.raises(gml.OutOfMemoryError):
+            gpu.empty(900 * 2**20)
+        return gml.doctor(gpu.snapshot(), search=False)
+
+    with_host, without = run(True), run(False)
+    assert with_host.kind == without.kind == "exhaustion"
+    host = with_host.details["host"]
+    assert (host["pinned_bytes"], host["blocks"]) == (32 * 2**20, 1)
+    assert host["rounding_waste_bytes"] == 32 * 2**20 - int(20.4 * 2**20)
+    assert any(line.startswith("pinned host memory: 32.00 MiB in 1 blocks (requested 20.40 MiB,"
+                               " rounding waste 11.60 MiB") for line in with_host.evidence)
+    assert without.details["host"] is None
+    assert not any("pinned host" in line for line in without.evidence)

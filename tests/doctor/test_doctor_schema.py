@@ -79,7 +79,8 @@ def test_snapshot_mode_json_has_exactly_the_documented_fields_and_types():
     reports = [gml.doctor(str(KIT)), gml.doctor(str(KIT), budget_s=0),
                gml.doctor(snap, total_memory="9GiB"), gml.doctor(snap, total_memory="3GiB"),
                gml.doctor(snap), gml.doctor(two, search=False),
-               gml.doctor(untraced, request="50MiB"), gml.doctor(untraced)]
+               gml.doctor(untraced, request="50MiB"), gml.doctor(untraced),
+               gml.doctor(_pinned_and_out_of_memory(), search=False)]
     seen = {}
     for d in reports:
         out = json.loads(d.json())
@@ -88,6 +89,15 @@ def test_snapshot_mode_json_has_exactly_the_documented_fields_and_types():
         observed(out, out=seen)
     check(seen, doc)
     del keep
+
+
+def _pinned_and_out_of_memory():
+    """A device OOM in a run that pinned 20.4 MiB (details.host filled in)."""
+    gpu = gml.SimulatedGPU("1GiB", record_pinned_host_memory=True)
+    gpu.keep = [gpu.pin(int(20.4 * 2**20)), gpu.empty(300 * 2**20)]
+    with pytest.raises(gml.OutOfMemoryError):
+        gpu.empty(900 * 2**20)
+    return gpu.snapshot()
 
 
 def test_growth_json_has_exactly_the_documented_fields_and_types():

@@ -27,6 +27,8 @@ def test_round_trip_keeps_host_keys(tmp_path):
     lambda s: s["host_segments"][0].update(address=-5),
     lambda s: s["host_traces"].append({"action": "alloc", "addr": "x", "size": 1}),
     lambda s: s["host_segments"][0]["blocks"].append(7),
+    lambda s: s["host_traces"][1].update(requested_size="3000"),
+    lambda s: s["host_traces"].append({"action": "oom", "addr": 0, "size": 9}),  # no device_free
 ])
 def test_malformed_host_entries_are_one_note_and_the_device_part_is_read(breakage):
     snap = _snap()

@@ -9,6 +9,8 @@ pin that does not fit the host's pinnable bytes fails as the CUDA call does.
 """
 from __future__ import annotations
 
+from collections import deque
+
 from .constants import PAGE_SIZE
 from .rounding import reserve_carve
 
@@ -69,14 +71,24 @@ class HostMemory:
     def __init__(self, total=None):
         self.total = total
         self.pinned = 0
+        self.peak_pinned = 0
         self.next_address = HOST_BASE_ADDRESS
+        self.next_addresses = deque()  # addresses the next pins must return (replay)
+
+    def reserve_next_address(self, ptr: int) -> None:
+        """Make the next pin return ``ptr`` (used to replay a real recording's host trace)."""
+        self.next_addresses.append(int(ptr))
 
     def pin(self, nbytes: int) -> int:
         if self.total is not None and self.pinned + nbytes > self.total:
             raise HostOutOfMemory(nbytes)
-        ptr = self.next_address
-        self.next_address += -(-nbytes // PAGE_SIZE) * PAGE_SIZE
+        if self.next_addresses:
+            ptr = self.next_addresses.popleft()
+        else:
+            ptr = self.next_address
+            self.next_address += -(-nbytes // PAGE_SIZE) * PAGE_SIZE
         self.pinned += nbytes
+        self.peak_pinned = max(self.peak_pinned, self.pinned)
         return ptr
 
     def unpin(self, nbytes: int) -> None:

@@ -62,12 +62,15 @@ class CachingHostAllocator:
         self._ticks += 1
         return self._ticks
 
-    def _trace(self, action, block_or_ptr, size, stream=0, frames=None) -> None:
+    def _trace(self, action, block_or_ptr, size, stream=0, frames=None, requested=None) -> None:
         if not self.record_history:
             return
         addr = block_or_ptr.ptr if isinstance(block_or_ptr, HostBlock) else block_or_ptr
-        self.traces.append({"action": action, "addr": addr, "size": size, "stream": stream,
-                            "time_us": self.clock(), "frames": list(frames or [])})
+        entry = {"action": action, "addr": addr, "size": size, "stream": stream,
+                 "time_us": self.clock(), "frames": list(frames or [])}
+        if requested is not None:   # the kit's own key: the request behind a rounded block
+            entry["requested_size"] = requested
+        self.traces.append(entry)
         if len(self.traces) > self.max_entries:
             del self.traces[0]
 
@@ -90,7 +93,7 @@ class CachingHostAllocator:
                 self._trace("segment_alloc", block, block.size, frames=frames)
         block.requested_size = size
         block.frames = frames
-        self._trace("alloc", block, block.size, frames=frames)
+        self._trace("alloc", block, block.size, frames=frames, requested=size)
         return block
 
     def _get_free_block(self, size: int):
@@ -224,6 +227,21 @@ class CachingHostAllocator:
         for bucket in self.free_list:
             while bucket:
                 self._destroy_block(bucket.popleft(), is_active=False)
+
+    def release_cached_block(self, ptr: int) -> bool:
+        """Give back the one cached block at ``ptr``, as ``empty_cache`` gives back each
+        (replay: a recorded ``segment_free`` names its block). False when no cached block is
+        there (in use, waiting for an event, or never pinned)."""
+        block = self.blocks.get(ptr)
+        if block is None or block.allocated or block.event_count:
+            return False
+        bucket = self.free_list[size_index(block.size)]
+        try:
+            bucket.remove(block)
+        except ValueError:
+            return False
+        self._destroy_block(block, is_active=False)
+        return True
 
     # ------------------------------------------------------------------ reading
     def get_stats(self) -> HostStats:

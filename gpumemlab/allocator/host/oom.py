@@ -73,8 +73,9 @@ def explain_host_oom(requested: int, config=None, *, pinned_bytes=None, host_mem
     if cached_bytes:
         lines.append(f"{format_size(cached_bytes)} of freed pinned blocks were still cached: "
                      "the host allocator never gives them back on its own. Call "
-                     "torch._C._host_emptyCache() before the big pin, or cap what is cached "
-                     "with pinned_max_cached_size_mb (blocks above it are freed, not cached).")
+                     "torch.accelerator.empty_host_cache() before the big pin, or cap what is "
+                     "cached with pinned_max_cached_size_mb (blocks above it are freed, not "
+                     "cached).")
     if host_memory is not None and pinned_bytes is not None:
         lines.append(f"{format_size(pinned_bytes)} of the host's {format_size(host_memory)} "
                      "pinnable memory was already pinned.")

@@ -33,7 +33,7 @@ _UNITS = {"bytes": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 <
 # where the text shows PyTorch's host path (patterns on the squashed paste, all literal-led)
 _HOST_PATH = re.compile(r"pinmemorythread|_pin_memory_loop|pin_memory\.py|\.pin_memory\(|"
                         r"pin_memory=True|cudaHostAlloc|cudaHostRegister|CachingHostAllocator|"
-                        r"pinnedmemory|_host_emptyCache", re.I)
+                        r"pinnedmemory|_host_emptyCache|empty_host_cache", re.I)
 _FAILURES = (  # (key, pattern, what it means)
     ("oom", re.compile(r"CUDAerror:outofmemory|cudaErrorMemoryAllocation", re.I),
      "cudaHostAlloc could not pin the memory (CUDA error: out of memory): the host's RAM or its "
@@ -95,7 +95,8 @@ def diagnose_host_path(text: str, *, source: str = "message") -> Diagnosis | Non
             "reusable buckets", how=f"PYTORCH_ALLOC_CONF={conf}", alloc_conf=conf),
         Fix("host_empty_cache", "freed pinned blocks stay cached and pinned: the host allocator "
             "never gives them back by itself, not even when a cudaHostAlloc fails",
-            how="torch._C._host_emptyCache() before a big pin; or cap the cache with "
+            how="torch.accelerator.empty_host_cache() before a big pin (torch._C._host_emptyCache() "
+            "on an older torch); or cap the cache with "
             "PYTORCH_ALLOC_CONF=pinned_max_cached_size_mb:<MiB>"),
         Fix("pin_less", "each DataLoader worker's prefetched batch is pinned by the pin-memory "
             "thread", how="DataLoader(..., pin_memory=False), or fewer num_workers and a smaller "

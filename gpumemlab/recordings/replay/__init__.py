@@ -20,6 +20,9 @@ The method is described in docs/REPLAY.md. The source is a snapshot with history
   entry's timeline point shows the request served; it is freed right after (the recorded
   program never had it).
 
+* **Pinned host memory** (``host=True``): the snapshot's ``host_traces`` on the host allocator
+  model instead (replay/host.py, docs/REPLAY.md "Pinned host memory").
+
 Frees are replayed at ``free_completed`` (when the real allocator made the block reusable).
 In a what-if, ``segment_free``/``segment_unmap`` bursts outside a malloc are replayed as
 ``empty_cache()`` and releases inside a malloc are left to the model. Not modelled: events
@@ -42,9 +45,10 @@ from .prepare import address_shift, recorded_alloc_conf, replay_devices  # noqa:
 from .prepare import capacity as capacity_of
 from .start import build_start_state, scan_start_state, start_reserved_bytes
 from .trim import trim_start
+from .host import HostReplayResult, replay_host
 from ..source import read_snapshot
 
-__all__ = ["replay", "ReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
+__all__ = ["replay", "ReplayResult", "HostReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
 
 
 def _source(source, device):
@@ -74,7 +78,7 @@ def _source(source, device):
 @collector_paused
 def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
            history: bool = False, stop_on_oom: bool = True, stop_at: int | None = None,
-           progress=None) -> ReplayResult:
+           progress=None, host: bool = False) -> ReplayResult:
     """Replay ``source`` on the allocator model and return a :class:`ReplayResult`.
 
     Args:
@@ -91,7 +95,18 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         stop_at: replay only the entries before this index (the state just before entry
             ``stop_at``, e.g. a recorded OOM).
         progress: called as ``progress(done, total)`` every 65536 entries.
+        host: replay the snapshot's ``host_traces`` (pinned host memory) instead, on the host
+            allocator model; ``total_memory`` is then the host's pinnable bytes. Returns a
+            ``HostReplayResult`` (replay/host.py).
     """
+    if host:
+        given = [k for k, v in (("gpu", gpu), ("device", device), ("stop_at", stop_at),
+                                ("progress", progress)) if v is not None] + (
+            ["history"] if history else [])
+        if given:
+            raise ReplayError(f"replay(host=True) replays the host trace only: "
+                              f"{', '.join(given)} would be ignored")
+        return replay_host(source, alloc_conf, total_memory)
     if gpu is not None and (alloc_conf is not None or total_memory is not None):
         given = "alloc_conf" if alloc_conf is not None else "total_memory"
         raise ReplayError(f"replay(gpu=...) runs on that gpu's own settings and capacity, so "
