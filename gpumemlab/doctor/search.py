@@ -247,8 +247,12 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
         # the unlimited replay's states are every smaller card's until it reserves more than
         # the card: each probe resumes from the latest such state (replay/checkpoints.py)
         recording = getattr(snap, "snapshot", snap)
-        entries = len(recording["device_traces"][device]) if isinstance(recording, dict) else 0
-        saves = Checkpoints(entries if stop_at is None else min(entries, stop_at))
+        traces = (recording.get("device_traces") or []) if isinstance(recording, dict) else []
+        entries = len(traces[device]) if isinstance(device, int) and 0 <= device < len(traces) \
+            else 0
+        if stop_at is not None:
+            entries = min(entries, max(int(stop_at), 0))
+        saves = Checkpoints(entries) if entries else None   # a file or capture: none saved
     top = _replay(snap, conf, UNLIMITED_BYTES, device, stop_at, checkpoints=saves)
     if saves is not None and saves.setup is None:
         saves = None                      # not a faithful replay: nothing saved to resume
