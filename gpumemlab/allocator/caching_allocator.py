@@ -266,10 +266,8 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, PoolsMixi
         block.context_when_allocated = context
         self.record_trace(tr.ALLOC, block.ptr, orig_size, block.stream, context, pool.mempool_id)
         self.active_blocks[block.ptr] = block
-        update_stat_array(selected.allocation, 1)
-        update_stat_array(selected.allocated_bytes, block.size)
-        update_stat_array(selected.active, 1)
-        update_stat_array(selected.active_bytes, block.size)
+        update_stat_array(selected.allocation_active, 1)   # allocation and active
+        update_stat_array(selected.allocated_active_bytes, block.size)   # and their bytes
         update_stat_array(selected.requested_bytes, orig_size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.increase(1)
@@ -328,8 +326,10 @@ class DeviceCachingAllocator(HistoryMixin, SettingsMixin, EventsMixin, PoolsMixi
         selected = pool.stats
         # inactive_split leaves expandable blocks out: their free pages can always be returned.
         if block.expandable_segment is None:
-            update_stat_array(selected.inactive_split, net_change_inactive_split_blocks)
-            update_stat_array(selected.inactive_split_bytes, net_change_inactive_split_size)
+            if net_change_inactive_split_blocks:    # a change of 0 changes no figure
+                update_stat_array(selected.inactive_split, net_change_inactive_split_blocks)
+            if net_change_inactive_split_size:
+                update_stat_array(selected.inactive_split_bytes, net_change_inactive_split_size)
         update_stat_array(selected.active, -1)
         update_stat_array(selected.active_bytes, -original_block_size)
         update_stat_array(selected.requested_bytes, -requested_size)

@@ -110,14 +110,19 @@ class DeviceStats:
 
 class SelectedStats:
     """For one pool: each array stat's Stats of the selected StatTypes (c10
-    ``get_stat_types_for_pool``), as a tuple per stat name, e.g. ``selected.allocation``."""
+    ``get_stat_types_for_pool``), as a tuple per stat name, e.g. ``selected.allocation``.
 
-    __slots__ = ARRAY_STATS
+    ``allocation_active`` and ``allocated_active_bytes`` join two stats that an allocation
+    raises by the same amount (c10 ``alloc_found_block``), so one update does both."""
+
+    __slots__ = ARRAY_STATS + ("allocation_active", "allocated_active_bytes")
 
     def __init__(self, stats: DeviceStats, stat_types: tuple):
         for name in ARRAY_STATS:
             stat_array = getattr(stats, name)
             setattr(self, name, tuple(stat_array[t] for t in stat_types))
+        self.allocation_active = self.allocation + self.active
+        self.allocated_active_bytes = self.allocated_bytes + self.active_bytes
 
 
 def update_stat_array(selected: tuple, amount: int) -> None:

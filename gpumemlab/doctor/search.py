@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass
 
 from gpumemlab.allocator.config import AllocatorConfig
-from gpumemlab.recordings.replay import replay
+from gpumemlab.recordings.replay import replay, resume
+from gpumemlab.recordings.replay.checkpoints import Checkpoints, checkpoints_exact
 from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES, recorded_alloc_conf
 
 __all__ = ["Candidate", "candidates", "run_candidate", "search_settings", "smallest_card",
@@ -130,13 +131,14 @@ def run_candidate(snap, c: Candidate, recorded_conf: str, capacity: int, device:
     return c
 
 
-def _replay(snap, conf: str, capacity: int, device: int, stop_at):
+def _replay(snap, conf: str, capacity: int, device: int, stop_at, checkpoints=None):
     """``replay`` under ``conf``: the faithful replay (recorded start state kept) when ``conf``
-    is what the recording ran under, a what-if otherwise."""
+    is what the recording ran under, a what-if otherwise. No timeline: the search reads only
+    the outcome and the peaks."""
     recording = getattr(snap, "snapshot", snap)     # a read_snapshot result, or the dict
     same = isinstance(recording, dict) and conf == recorded_alloc_conf(recording)
     return replay(snap, alloc_conf=None if same else conf, total_memory=capacity, device=device,
-                  stop_at=stop_at)
+                  stop_at=stop_at, timeline=False, checkpoints=checkpoints if same else None)
 
 
 def workers_available(workers=None) -> int:
@@ -240,7 +242,20 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
     smallest card verified so far, which fits but may not be the least.
     """
     deadline = float("inf") if deadline is None else deadline
-    top = _replay(snap, conf, UNLIMITED_BYTES, device, stop_at)
+    saves = None
+    if checkpoints_exact(AllocatorConfig.parse(conf)):
+        # the unlimited replay's states are every smaller card's until it reserves more than
+        # the card: each probe resumes from the latest such state (replay/checkpoints.py)
+        recording = getattr(snap, "snapshot", snap)
+        traces = (recording.get("device_traces") or []) if isinstance(recording, dict) else []
+        entries = len(traces[device]) if isinstance(device, int) and 0 <= device < len(traces) \
+            else 0
+        if stop_at is not None:
+            entries = min(entries, max(int(stop_at), 0))
+        saves = Checkpoints(entries) if entries else None   # a file or capture: none saved
+    top = _replay(snap, conf, UNLIMITED_BYTES, device, stop_at, checkpoints=saves)
+    if saves is not None and saves.setup is None:
+        saves = None                      # not a faithful replay: nothing saved to resume
     replays = 1
     if top.oom is not None:
         return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,
@@ -253,14 +268,14 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
             stopped = True
             break
         mid = (lo + hi) // 2 // _STEP * _STEP
-        r = _replay(snap, conf, mid, device, stop_at)
+        r = _probe(snap, conf, mid, device, stop_at, top, saves)
         replays += 1
         if r.oom is None:
             hi, best_peak, verified = mid, r.peak_reserved, True
         else:
             lo = mid
     if not verified:
-        r = _replay(snap, conf, hi, device, stop_at)
+        r = _probe(snap, conf, hi, device, stop_at, top, saves)
         replays += 1
         if r.oom is not None:        # not monotone after all: say so rather than guess
             return {"bytes": None, "peak_reserved_bytes": None, "replays": replays,
@@ -268,3 +283,14 @@ def smallest_card(snap, conf: str, device: int, *, stop_at=None,
         best_peak = r.peak_reserved
     return {"bytes": hi, "peak_reserved_bytes": best_peak, "replays": replays,
             "stopped_at_budget": stopped}
+
+
+def _probe(snap, conf, capacity, device, stop_at, top, saves):
+    """The replay of the card search on ``capacity`` bytes. With saved states (``saves``): a
+    card holding the unlimited replay's whole peak replays it exactly (``top`` is the answer),
+    and a smaller one resumes from the latest state it reproduces."""
+    if saves is None:
+        return _replay(snap, conf, capacity, device, stop_at)
+    if capacity >= top.peak_reserved:
+        return top                        # decided: no driver call of it fails on this card
+    return resume(snap, saves, capacity) or _replay(snap, conf, capacity, device, stop_at)

@@ -48,11 +48,14 @@ from .trim import trim_start
 from .host import HostReplayResult, replay_host
 from ..source import read_snapshot
 
-__all__ = ["replay", "ReplayResult", "HostReplayResult", "Timeline", "ReplayError", "ReplayWarning", "recorded_alloc_conf"]
+__all__ = ["replay", "resume", "ReplayResult", "HostReplayResult", "Timeline", "ReplayError", "ReplayWarning",
+           "recorded_alloc_conf"]
 
 
-def _source(source, device):
-    """-> (trace entries, final segments of that device, snapshot or None, name, device)."""
+def _source(source, device, shared=None):
+    """-> (trace entries, final segments of that device, snapshot or None, name, device).
+    ``shared``: a list to which the ``Snapshot``'s ``extra`` dict is appended (where what a
+    replay works out from the recording alone is kept for the next replay of it)."""
     if getattr(source, "is_capture", False):  # a gpumemlab.recordings.capture.Capture
         return source.trace, [], None, "capture", 0 if device is None else device
     try:
@@ -61,6 +64,8 @@ def _source(source, device):
         raise ReplayError(f"replay needs a snapshot (dict or file) or a capture, "
                           f"not {type(source).__name__}") from None
     snap, name = read.snapshot, read.name or "snapshot"
+    if shared is not None:
+        shared.append(read.extra)
     traces = snap["device_traces"]
     if device is None:
         device = next((d for d, t in enumerate(traces) if t), None)
@@ -78,7 +83,7 @@ def _source(source, device):
 @collector_paused
 def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
            history: bool = False, stop_on_oom: bool = True, stop_at: int | None = None,
-           progress=None, host: bool = False) -> ReplayResult:
+           progress=None, timeline: bool = True, checkpoints=None, host: bool = False) -> ReplayResult:
     """Replay ``source`` on the allocator model and return a :class:`ReplayResult`.
 
     Args:
@@ -95,6 +100,10 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         stop_at: replay only the entries before this index (the state just before entry
             ``stop_at``, e.g. a recorded OOM).
         progress: called as ``progress(done, total)`` every 65536 entries.
+        timeline: keep the per-entry timeline (False: an empty one, for a search that reads
+            only the outcome and the peaks).
+        checkpoints: a ``replay.checkpoints.Checkpoints`` that saves the state every so many
+            entries, for :func:`resume` on smaller cards (a faithful replay only).
         host: replay the snapshot's ``host_traces`` (pinned host memory) instead, on the host
             allocator model; ``total_memory`` is then the host's pinnable bytes. Returns a
             ``HostReplayResult`` (replay/host.py).
@@ -112,7 +121,8 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
         raise ReplayError(f"replay(gpu=...) runs on that gpu's own settings and capacity, so "
                           f"{given}= would be ignored: pass one or the other (make the gpu with "
                           f"SimulatedGPU(total_memory, alloc_conf=...) instead)")
-    trace, segments, snap, name, device = _source(source, device)
+    shared = []
+    trace, segments, snap, name, device = _source(source, device, shared)
     is_capture = snap is None
     recorded_conf = "" if is_capture else recorded_alloc_conf(snap)
     faithful = not is_capture and alloc_conf is None and gpu is None
@@ -128,9 +138,13 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
             raise ReplayError(f"alloc_conf {conf!r}: {exc}") from None
         alloc = DeviceCachingAllocator(capacity, config=config, device=device,
                                        record_history=False)
-    shift = address_shift(segments, trace) if faithful else 0
+    shift = _shared(shared, ("address_shift", device), lambda: address_shift(segments, trace)) \
+        if faithful else 0
     translate = (lambda a: a + shift) if shift else (lambda a: a)
-    start = scan_start_state(segments, trace, alloc.config)
+    # the start state depends on the settings only through round_size (start.py)
+    rounding = tuple(alloc.config.roundup_power2_divisions_) if alloc.config.any_roundup else ()
+    start = _shared(shared, ("start_state", device, rounding),
+                    lambda: scan_start_state(segments, trace, alloc.config))
     notes = list(start.notes)
     router = PoolRouter(alloc)   # private pools stay apart (segment_pool_id, trace pool_id)
     start_oom, needed, start_trim = None, start_reserved_bytes(start), None
@@ -160,9 +174,63 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     if start_oom is not None:      # the card is too small for what was live when recording began
         run = LoopResult.not_run(start_oom)
     else:
+        if checkpoints is not None and not faithful:
+            checkpoints = None            # only a faithful replay's states are any card's
         run = run_trace(alloc, trace, live, n=end, faithful=faithful, translate=translate,
-                        router=router, stop_on_oom=stop_on_oom, progress=progress)
+                        router=router, stop_on_oom=stop_on_oom, progress=progress,
+                        timeline=timeline, checkpoints=checkpoints)
+    if checkpoints is not None and faithful and start_oom is None:
+        checkpoints.setup = dict(source=name, alloc_conf=conf, recorded_alloc_conf=recorded_conf,
+                                 faithful=faithful, device=device, start_problems=start_problems,
+                                 notes=list(notes), address_shift=shift, translate=translate,
+                                 stop_on_oom=stop_on_oom, end=end)
     elapsed = time.perf_counter() - t0
+    return _result(trace, run, alloc, notes, elapsed, is_capture, source=name, alloc_conf=conf,
+                   recorded_alloc_conf=recorded_conf, total_memory=capacity, faithful=faithful,
+                   device=device, start_problems=start_problems, address_shift=shift,
+                   start_trim=start_trim)
+
+
+def _shared(shared, key, work):
+    """``work()``, kept in the ``Snapshot``'s ``extra`` (``shared``: [it], or [] for a capture)
+    under ``key`` for every later replay of the same recording: a search replays one recording
+    dozens of times, and these scans of the whole trace are the same each time (read only)."""
+    if not shared:
+        return work()
+    cache = shared[0].setdefault("replay", {})
+    if key not in cache:
+        cache[key] = work()
+    return cache[key]
+
+
+@collector_paused
+def resume(source, checkpoints, total_memory: int) -> ReplayResult:
+    """The faithful replay of ``source`` on ``total_memory`` bytes, from the latest state in
+    ``checkpoints`` (saved by ``replay(source, checkpoints=...)`` on a bigger card) that this
+    card reproduces; None when there is none (replay from the start instead). The result is
+    the one ``replay(source, total_memory=...)`` gives, but for the timeline (empty) and
+    ``elapsed_s``; under settings where that does not hold, ``checkpoints_exact`` is False and
+    no state should be saved."""
+    setup = checkpoints.setup
+    found = None if setup is None or not setup["faithful"] else checkpoints.best(total_memory)
+    if found is None:
+        return None
+    _, state = found
+    trace = _source(source, setup["device"])[0]
+    alloc = state["alloc"]
+    alloc.driver.total_memory = total_memory
+    t0 = time.perf_counter()
+    run = run_trace(alloc, trace, state["live"], n=setup["end"], faithful=True,
+                    translate=setup["translate"], router=state["router"],
+                    stop_on_oom=setup["stop_on_oom"], timeline=False, resume=state["loop"])
+    fixed = {k: setup[k] for k in ("source", "alloc_conf", "recorded_alloc_conf", "faithful",
+                                   "device", "start_problems", "address_shift")}
+    return _result(trace, run, alloc, list(setup["notes"]), time.perf_counter() - t0, False,
+                   total_memory=total_memory, start_trim=None, **fixed)
+
+
+def _result(trace, run, alloc, notes, elapsed, is_capture, **fixed) -> ReplayResult:
+    """The ReplayResult of a pass: ``fixed`` holds the fields decided before it."""
     tl = run.timeline
     if any(e.get("user_metadata") for e in trace[:len(tl)]):   # step or phase marks
         tl.metadata = [e.get("user_metadata") or "" for e in trace[:len(tl)]]
@@ -174,18 +242,15 @@ def replay(source, alloc_conf=None, total_memory=None, *, gpu=None, device=None,
     stats = alloc.stats
     recorded = not is_capture      # a capture has no recorded addresses to compare
     return ReplayResult(
-        source=name, alloc_conf=conf, recorded_alloc_conf=recorded_conf,
-        total_memory=capacity, faithful=faithful, allocator=alloc,
-        timeline=tl, peak_reserved=stats.reserved_bytes[0].peak,
+        allocator=alloc, timeline=tl, peak_reserved=stats.reserved_bytes[0].peak,
         peak_allocated=stats.allocated_bytes[0].peak, oom=run.oom,
         allocations=run.allocations,
         address_mismatches=(run.mismatches + run.segment_mismatches + run.oom_mismatches)
         if recorded else None,
         alloc_mismatches=run.mismatches if recorded else None,
         segment_mismatches=run.segment_mismatches if recorded else None,
-        oom_mismatches=run.oom_mismatches if recorded else None, device=device,
-        entries=len(trace), replayed=run.replayed, start_problems=start_problems,
-        notes=notes, elapsed_s=elapsed, address_shift=shift, start_trim=start_trim)
+        oom_mismatches=run.oom_mismatches if recorded else None,
+        entries=len(trace), replayed=run.replayed, notes=notes, elapsed_s=elapsed, **fixed)
 
 
 def _start_whatif(alloc, start, router):

@@ -46,24 +46,32 @@ class LoopResult:
 
 
 def run_trace(alloc, trace, live, *, n, faithful, translate, router, stop_on_oom=True,
-              progress=None) -> LoopResult:
+              progress=None, timeline=True, checkpoints=None, resume=None) -> LoopResult:
     """The hot loop: one pass over the first ``n`` trace entries, no per-entry copies. ``live``
     maps recorded addresses to the model's live Blocks (the start state; updated in place). An
-    entry with a private ``pool_id`` is malloc'd in that pool (``router``)."""
+    entry with a private ``pool_id`` is malloc'd in that pool (``router``).
+
+    ``timeline=False`` leaves the timeline empty (a search needs only the outcome and peaks);
+    ``checkpoints`` (``replay.checkpoints.Checkpoints``) saves the state every so many entries;
+    ``resume`` (the ``"loop"`` part of such a state, for this allocator, ``live`` and
+    ``router``) goes on from where it was saved."""
     routed = router.malloc
     out = LoopResult()
-    timeline = out.timeline
-    t_alloc, t_res, t_req = timeline.allocated.append, timeline.reserved.append, \
-        timeline.requested.append
+    tl = out.timeline
+    t_alloc, t_res, t_req = tl.allocated.append, tl.reserved.append, tl.requested.append
     stats = alloc.stats
     s_alloc, s_res, s_req = stats.allocated_bytes[0], stats.reserved_bytes[0], stats.requested_bytes[0]
-    timeline.start = {"allocated_bytes": s_alloc.current, "reserved_bytes": s_res.current,
-                      "requested_bytes": s_req.current}
+    tl.start = {"allocated_bytes": s_alloc.current, "reserved_bytes": s_res.current,
+                "requested_bytes": s_req.current}
 
     def point():                   # the timeline's figures after an entry
         t_alloc(s_alloc.current)
         t_res(s_res.current)
         t_req(s_req.current)
+
+    if not timeline:
+        def point():               # noqa: F811  (no figures kept)
+            pass
 
     malloc, free = alloc.malloc, alloc.free
     next_addresses = alloc.driver.next_addresses
@@ -76,7 +84,19 @@ def run_trace(alloc, trace, live, *, n, faithful, translate, router, stop_on_oom
     requested_frees = set()       # free_requested seen, free_completed not yet (other streams)
     served = None                 # a recorded OOM's request these settings served
     i = 0
+    if resume is not None:
+        (i, pending_segment, pending_map, requested_frees, mismatches, allocations,
+         unknown_frees, double_allocs, oom, out.segment_mismatches, out.oom_mismatches) = resume
+        requested_frees = set(requested_frees)
+    save_at = n if checkpoints is None else checkpoints.next_index(i + 1)
     while i < n:
+        if i >= save_at:          # the loop's own state, at the top of entry i
+            checkpoints.save(i, alloc, s_res.peak, {
+                "alloc": alloc, "live": live, "router": router,
+                "loop": (i, pending_segment, pending_map, frozenset(requested_frees), mismatches,
+                         allocations, unknown_frees, double_allocs, oom, out.segment_mismatches,
+                         out.oom_mismatches)})
+            save_at = checkpoints.next_index(i + 1)
         e = trace[i]
         action = e["action"]
         if action == "alloc":
