@@ -40,14 +40,15 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # then computes:
 #
 # * **requested** = total memory × `gpu_memory_utilization`;
-# * **KV cache** = requested − weights − activation peak − memory used outside torch − an
-#   **estimate** of the CUDA-graph pool;
+# * **KV cache** = requested − weights − activation peak − memory used outside torch − the
+#   CUDA-graph pool, as vLLM sizes it at start-up;
 # * **blocks** = KV cache ÷ (bytes of one block in all layers); **maximum concurrency** = blocks ÷
 #   blocks of one request of `max_model_len` tokens.
 #
-# The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured later, largest first, all
-# into **one shared pool**. vLLM estimates that pool by capturing the two largest sizes and
-# multiplying the second one's growth by the number of sizes.
+# The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured after the KV cache is
+# allocated, so the pool is budgeted before they exist. vLLM's rule is linear: it captures the
+# two largest sizes and multiplies the second one's growth of the pool by the number of sizes.
+# How the graphs themselves are then captured is lesson 11's subject.
 #
 # `kv.budget` does this arithmetic and then runs the start-up on a simulated card: the model's
 # forward pass is recorded with `gml.capture` (on PyTorch's `meta` device: shapes only, no
@@ -78,9 +79,10 @@ assert b.num_blocks == b.available_kv // b.page_bytes // b.num_layers
 assert b.graph_estimate > b.graph_reserved
 
 # %% [markdown]
-# The estimate is too large: after the largest graph, each smaller capture is served from blocks
-# the larger ones freed inside the shared pool, and adds little or nothing; the rule still charges
-# every size. The KV cache loses what the pool never uses.
+# The estimate is too large. vLLM captures the graphs largest first, all into one shared pool:
+# after the largest graph, each smaller capture is served from blocks the larger ones freed inside
+# that pool, and adds little or nothing; the rule still charges every size. The KV cache loses
+# what the pool never uses.
 #
 # The table also says that the server uses **more** than it requested. The profile counts the
 # *allocated* peak of the forward pass; the card needs the *reserved* peak. The replay shows why:
