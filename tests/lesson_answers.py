@@ -16,17 +16,20 @@ RIGHT = {
 
 
 def _segments_to_empty_03():
-    # the reasoning itself: empty_cache() returns only whole free segments, so free the live
-    # tensors of the segments that hold the fewest live bytes, as many as the budget allows
+    # the reasoning itself: empty_cache() returns only whole free segments, so emptying a segment
+    # costs its live bytes and returns its size; pick the set that returns the most within the
+    # budget (a knapsack over the snapshot's numbers, by the live bytes spent)
     from gpumemlab.lessons.reading_the_evidence import FREE_AT_MOST_03, evidence_state
-    gpu, _rec = evidence_state()
-    live = {i: sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
-            for i, s in enumerate(gpu.memory_snapshot())}
-    chosen, spent = [], 0
-    for i in sorted((i for i in live if live[i]), key=live.get):
-        if spent + live[i] <= FREE_AT_MOST_03:
-            chosen, spent = chosen + [i], spent + live[i]
-    return chosen
+    gpu, _held = evidence_state()
+    plans = {0: (0, [])}
+    for i, s in enumerate(gpu.memory_snapshot()):
+        live = sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+        if not 0 < live <= FREE_AT_MOST_03:
+            continue
+        for spent, (gain, chosen) in list(plans.items()):
+            if spent + live <= FREE_AT_MOST_03 and plans.get(spent + live, (-1,))[0] < gain + s["total_size"]:
+                plans[spent + live] = (gain + s["total_size"], chosen + [i])
+    return max(plans.values())[1]
 
 
 RIGHT["03.ex"] = _segments_to_empty_03
