@@ -97,35 +97,58 @@ def test_03_ex_likely_wrong_answers_name_the_rule():
 
 
 # 13.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
-# lesson's own table prints (6 GiB of weights aside); now it asks for a layout of the trainer.
+# lesson's own table prints (6 GiB of weights aside); then for four activation sizes, which a
+# search over a few layouts found in 0.01 s; now for the rollout buffers to offload.
 def test_13_ex_the_lessons_printed_figure_no_longer_answers_it():
     from lesson_answers import RIGHT
-    from gpumemlab.lessons.serving_memory import ACTS_13, KV_13, cycle_13
+    from gpumemlab.lessons.serving_memory import KV_13, cycle_13
     from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
     printed = sleep_wake_cycle("24GiB", empty_cache_before_wake=True)   # the lesson's call
-    assert not printed.woke and KV_13 > 15 << 30      # the lesson's own KV cache already fails
-    assert not _passed("13.ex", [a for a in ACTS_13])  # its own trainer, unchanged
+    assert not printed.woke and KV_13() > 15 << 30    # the lesson's own KV cache already fails
+    assert not _passed("13.ex", [])                   # its own trainer, nothing offloaded
     right = RIGHT["13.ex"]()
     assert _passed("13.ex", right) and cycle_13(right)[0].woke
 
 
-def test_13_ex_likely_wrong_layouts_name_the_rule():
-    from gpumemlab.units import GiB
-    # "make them unequal": the 2 GiB states take the two 2 GiB blocks that fit them best, and
-    # the kept tensor pins a 4 GiB segment
-    v = judge("13.ex", ["4 GiB", "4 GiB", "2 GiB", "2 GiB"])
-    assert not v.passed and "best fit" in v.message and v.figures["pinned_after_empty_cache"] == 4 * GiB
-    # "one small one": the states split a 4.5 GiB block, the second takes the 2.5 GiB remainder,
-    # and the kept tensor the 0.5 GiB left of it, not the 1.5 GiB activation
-    v = judge("13.ex", ["1.5 GiB", "1.5 GiB", "4.5 GiB", "4.5 GiB"])
-    assert not v.passed and "smallest free block left" in v.message
-    assert v.figures["pinned_after_empty_cache"] == 4.5 * GiB
-    # small, but not small enough: the message says how much the engine can spare
-    v = judge("13.ex", ["6 GiB", "2 GiB", "2 GiB", "2 GiB"])
-    assert not v.passed and "spare at most 1.50 GiB" in v.message
-    # the lesson's own layout is named as such; a changed total is a shape error
-    assert "lesson's own layout" in judge("13.ex", ["3 GiB"] * 4).message
-    assert "adding up to" in judge("13.ex", ["1 GiB"] * 4).message
+def _segments_13():
+    from gpumemlab.lessons.serving_memory import _groups, cycle_13
+    return list(_groups(cycle_13(())[2].placement).values())
+
+
+def test_13_ex_the_obvious_brute_force_does_not_reach_it():
+    from itertools import combinations
+    from math import comb
+    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
+    n = len(BUFFERS_13)
+    # one buffer at a time, or any pair: each buffer shares its segment, so none comes back
+    assert not any(_passed("13.ex", list(pair)) for pair in combinations(range(n), 2))
+    # the passing plans, found the way the idea finds them (whole segments), are 8 buffers or
+    # more: a search by growing set size runs the cycle for every set of 7 or fewer first
+    groups = _segments_13()
+    passing = [sorted(i for g in combo for i in g) for k in range(len(groups) + 1)
+               for combo in combinations(groups, k)
+               if sum(BUFFERS_13[i] for g in combo for i in g) <= OFFLOAD_AT_MOST_13
+               and _passed("13.ex", sorted(i for g in combo for i in g))]
+    assert passing and min(len(p) for p in passing) >= 8
+    assert sum(comb(n, k) for k in range(8)) >= 500_000     # each a cycle (2 ms here): 18 min
+
+
+def test_13_ex_likely_wrong_answers_name_the_rule():
+    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
+    groups = _segments_13()
+    # "offload the biggest buffers": they sit in segments whose other buffers stay
+    biggest, spent = [], 0
+    for i in sorted(range(len(BUFFERS_13)), key=lambda i: -BUFFERS_13[i]):
+        if spent + BUFFERS_13[i] <= OFFLOAD_AT_MOST_13:
+            biggest, spent = biggest + [i], spent + BUFFERS_13[i]
+    v = judge("13.ex", biggest)
+    assert not v.passed and "shared a segment" in v.message
+    # one whole segment: it comes back, but the budget buys more
+    v = judge("13.ex", max(groups, key=len))
+    assert not v.passed and "another choice" in v.message
+    # over the copy budget; the old answer's shape (four sizes) is refused as a shape
+    assert "more than the" in judge("13.ex", list(range(len(BUFFERS_13)))).message
+    assert not _passed("13.ex", ["3 GiB"] * 4)
 
 
 # 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs.
