@@ -81,7 +81,6 @@ def KV_13() -> int:
     the segments the best plan cannot empty (computed once, by the simulator)."""
     if not _KV:
         _r, pinned, step = cycle_13((), kv_cache=0)
-        sizes = {s: 0 for s in set(step.placement)}
         # a segment's size: what it adds to the trainer's reserved bytes, read from one run that
         # offloads that segment's buffers alone
         best = {0: 0}
@@ -90,7 +89,6 @@ def KV_13() -> int:
             if cost > OFFLOAD_AT_MOST_13:
                 continue
             gain = pinned - cycle_13(members, kv_cache=0)[1]
-            sizes[address] = gain
             for spent, got in list(best.items()):
                 if spent + cost <= OFFLOAD_AT_MOST_13 and best.get(spent + cost, -1) < got + gain:
                     best[spent + cost] = got + gain
