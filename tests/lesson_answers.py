@@ -61,25 +61,18 @@ def _orders_11():
 RIGHT["11.ex"] = _orders_11
 
 
-def _runs_to_free_06():
-    # the reasoning: a freed run of neighbours returns the whole 20 MiB pages between its first
-    # tensor's address and the next live one; try every set of at most two runs within the
-    # budget on those figures, then take the one that unmaps the most
-    from gpumemlab.lessons.expandable_segments import (FREE_AT_MOST_06, PAGE_06, SIZES_06,
-                                                       segment_06)
-    _gpu, tensors, last = segment_06()
-    at = [t.address - tensors[0].address for t in tensors] + [last.address - tensors[0].address]
-    n = len(SIZES_06)
-    runs = [(i, j, sum(SIZES_06[i:j + 1]), max(0, at[j + 1] // PAGE_06 - -(-at[i] // PAGE_06)))
-            for i in range(n) for j in range(i, n) if sum(SIZES_06[i:j + 1]) <= FREE_AT_MOST_06]
-    plans = [(pages, [r]) for r in runs for pages in [r[3]]]
-    plans += [(a[3] + b[3], [a, b]) for a in runs for b in runs if b[0] > a[1] + 1
-              and a[2] + b[2] <= FREE_AT_MOST_06]
-    _pages, best = max(plans, key=lambda p: p[0])
-    return [k for i, j, _c, _p in best for k in range(i, j + 1)]
+def _largest_06():
+    # bisect on the simulator: the largest request that fits (to 512 B)
+    from gpumemlab.lessons.expandable_segments import fragmented_06
+    lo, hi = 0, 8 << 30
+    while hi - lo > 512:
+        mid = (lo + hi) // 1024 * 512
+        lo, hi = (mid, hi) if fragmented_06("expandable_segments:True", request=mid)[2] \
+            else (lo, mid)
+    return lo
 
 
-RIGHT["06.ex"] = _runs_to_free_06
+RIGHT["06.ex"] = _largest_06()
 
 
 def _largest_batch_07():

@@ -264,23 +264,16 @@ assert gpu.kind == "cuda" or expandable_now
 print(gml.experiment(["fragmentation_oom", "expandable_segments"], gpu))
 
 # %% [markdown]
-# ## Exercise: which tensors to free so that `empty_cache()` unmaps the most
+# ## Exercise: the largest tensor after the holes are unmapped
 #
-# A program under `expandable_segments:True` has made 40 tensors of odd sizes (`SIZES_06`), in
-# order, on a fresh 2 GiB card, then one more that it keeps: one growing segment, the tensors
-# back to back. It may free tensors adding up to a small budget (`FREE_AT_MOST_06`), then call
-# `empty_cache()`. Which tensors should it free so that `empty_cache()` unmaps as much memory as
-# it can? Reason from the evidence (`segment_06()` builds the state: read the tensors' addresses
-# or the block map); the check builds it again, frees your tensors, calls `empty_cache()` and
-# measures what was unmapped.
+# Back to the fragmented 8 GiB card with `expandable_segments:True` (after the frees, before the
+# 2 GiB request). What is the largest single tensor it can allocate now? Answer to within one
+# 20 MiB page; the check tries your size and one page more on the simulated GPU.
 
 # %% tags=["exercise"]
-from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, SIZES_06, segment_06
 gml.exercise("06.ex")
-print(f"{len(SIZES_06)} tensors, {gml.format_size(sum(SIZES_06))} in all; budget "
-      f"{gml.format_size(FREE_AT_MOST_06)}")
-my_tensors = []          # change this: the numbers of the tensors to free (indices into SIZES_06)
-gml.exercise.check("06.ex", my_tensors)
+my_size = "2 GiB"          # change this: a size
+gml.exercise.check("06.ex", my_size)
 
 # %%
 gml.quiz("06")

@@ -151,51 +151,6 @@ def test_13_ex_likely_wrong_answers_name_the_rule():
     assert not _passed("13.ex", ["3 GiB"] * 4)
 
 
-# 06.ex once asked for the largest tensor after the frees, which a bisection with the lesson's own
-# fragmented_06 found (its hint said "bisect"); now for the tensors to free so that the most pages
-# are unmapped.
-def _unmapped_06(chosen, at):
-    from gpumemlab.lessons.expandable_segments import PAGE_06
-    chosen, total, i = sorted(chosen), 0, 0
-    while i < len(chosen):                       # each run of neighbours: the pages inside it
-        j = i
-        while j + 1 < len(chosen) and chosen[j + 1] == chosen[j] + 1:
-            j += 1
-        total += max(0, at[chosen[j] + 1] // PAGE_06 - -(-at[chosen[i]] // PAGE_06)) * PAGE_06
-        i = j + 1
-    return total
-
-
-def test_06_ex_the_obvious_brute_force_does_not_reach_it():
-    from itertools import combinations
-    from math import comb
-    from lesson_answers import RIGHT
-    from gpumemlab.lessons.expandable_segments import (FREE_AT_MOST_06, SIZES_06, segment_06,
-                                                       unmapped_after_freeing)
-    right = RIGHT["06.ex"]()
-    assert _passed("06.ex", right)
-    _gpu, tensors, last = segment_06()
-    at = [t.address - tensors[0].address for t in tensors] + [last.address - tensors[0].address]
-    best = unmapped_after_freeing(right)
-    assert _unmapped_06(right, at) == best                # the page rule is the simulator's
-    assert _unmapped_06([5, 6, 9], at) == unmapped_after_freeing([5, 6, 9])
-    # no set of three or fewer tensors unmaps as much: a search by growing set size runs the
-    # program for all of them first, then for most of the 91,390 sets of four
-    n = len(SIZES_06)
-    assert not any(_unmapped_06(c, at) >= best for k in range(1, 4)
-                   for c in combinations(range(n), k)
-                   if sum(SIZES_06[i] for i in c) <= FREE_AT_MOST_06)
-    assert comb(n, 4) + sum(comb(n, k) for k in range(4)) >= 100_000   # 8 ms a run: 13 min
-    # the old exercise's answer shape is refused, and the biggest tensors, freed alone, fall short
-    assert not _passed("06.ex", "2 GiB")
-    biggest, spent = [], 0
-    for i in sorted(range(n), key=lambda i: -SIZES_06[i]):
-        if spent + SIZES_06[i] <= FREE_AT_MOST_06:
-            biggest, spent = biggest + [i], spent + SIZES_06[i]
-    v = judge("06.ex", biggest)
-    assert not v.passed and "without a neighbour" in v.message
-
-
 # 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs.
 def test_11_ex_one_capture_of_the_lesson_does_not_answer_it():
     from lesson_answers import RIGHT
