@@ -16,17 +16,20 @@ RIGHT = {
 
 
 def _segments_to_empty_03():
-    # the reasoning itself: empty_cache() returns only whole free segments, so free the live
-    # tensors of the segments that hold the fewest live bytes, as many as the budget allows
+    # the reasoning itself: empty_cache() returns only whole free segments, so emptying a segment
+    # costs its live bytes and returns its size; pick the set that returns the most within the
+    # budget (a knapsack over the snapshot's numbers, by the live bytes spent)
     from gpumemlab.lessons.reading_the_evidence import FREE_AT_MOST_03, evidence_state
-    gpu, _rec = evidence_state()
-    live = {i: sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
-            for i, s in enumerate(gpu.memory_snapshot())}
-    chosen, spent = [], 0
-    for i in sorted((i for i in live if live[i]), key=live.get):
-        if spent + live[i] <= FREE_AT_MOST_03:
-            chosen, spent = chosen + [i], spent + live[i]
-    return chosen
+    gpu, _held = evidence_state()
+    plans = {0: (0, [])}
+    for i, s in enumerate(gpu.memory_snapshot()):
+        live = sum(b["size"] for b in s["blocks"] if b["state"] == "active_allocated")
+        if not 0 < live <= FREE_AT_MOST_03:
+            continue
+        for spent, (gain, chosen) in list(plans.items()):
+            if spent + live <= FREE_AT_MOST_03 and plans.get(spent + live, (-1,))[0] < gain + s["total_size"]:
+                plans[spent + live] = (gain + s["total_size"], chosen + [i])
+    return max(plans.values())[1]
 
 
 RIGHT["03.ex"] = _segments_to_empty_03
@@ -125,18 +128,32 @@ def _reserved_12():
 RIGHT["12.ex"] = _reserved_12
 
 
-def _layout_13():
-    # the reasoning: after empty_cache() the trainer keeps the one segment its kept tensor pins,
-    # and the engine can spare (card - graph pool - weights - KV) for it; make three activations
-    # that small (best fit puts the 2 GiB states in the fourth, large one, and the kept tensor in
-    # one of the three), the fourth takes the rest of the total
-    from gpumemlab.lessons.serving_memory import ACTS_13, CARD_13, GRAPHS_13, KV_13, WEIGHTS_13
-    from gpumemlab.units import parse_size
-    room = (parse_size(CARD_13) - parse_size(GRAPHS_13) - parse_size(WEIGHTS_13) - KV_13)
-    return [room] * 3 + [sum(ACTS_13) - 3 * room]
+def _offload_13():
+    # the reasoning: a kept buffer pins the segment it was carved from until every buffer in that
+    # segment leaves; run the trainer's step on a card, read which buffers share a segment, and
+    # choose the segments that return the most within the copy budget (a knapsack over them)
+    from gpumemlab.devices.simulated import SimulatedGPU
+    from gpumemlab.kvcache.sleep_mode import TrainerStep
+    from gpumemlab.lessons.serving_memory import ACTS_13, BUFFERS_13, OFFLOAD_AT_MOST_13
+    card = SimulatedGPU("24GiB", alloc_conf="", record_history=False, record_frames=False)
+    kept = TrainerStep(activations=ACTS_13, keep=BUFFERS_13).run(card)
+    segments = card.memory_snapshot()
+    groups = {}
+    for k, t in enumerate(kept):
+        i = next(i for i, s in enumerate(segments)
+                 if s["address"] <= t.address < s["address"] + s["total_size"])
+        groups.setdefault(i, []).append(k)
+    plans = {0: (0, [])}
+    for i, members in groups.items():
+        cost = sum(BUFFERS_13[k] for k in members)
+        for spent, (gain, chosen) in list(plans.items()):
+            total = gain + segments[i]["total_size"]
+            if spent + cost <= OFFLOAD_AT_MOST_13 and plans.get(spent + cost, (-1,))[0] < total:
+                plans[spent + cost] = (total, chosen + members)
+    return sorted(max(plans.values())[1])
 
 
-RIGHT["13.ex"] = _layout_13
+RIGHT["13.ex"] = _offload_13
 
 
 def _cheapest_levers_14():

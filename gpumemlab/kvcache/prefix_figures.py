@@ -112,10 +112,11 @@ def prefix_figure(rows):
                           and (policy == "radix" or r.block_size == 16)}.values(),
                          key=lambda r: r.pool_tokens)
             x = [r.pool_tokens for r in pts]
-            axes[0, 1].plot(x, [100 * r.hit_rate for r in pts], style, color=color,
-                            label=f"{kind}, {policy}")
-            axes[1, 0].plot(x, [r.evicted_tokens for r in pts], style, color=color)
-            axes[1, 1].plot(x, [r.cached_bytes / 2**30 for r in pts], style, color=color)
+            label = f"{kind}, " + ("vLLM blocks of 16" if policy == "vllm" else "radix")
+            axes[0, 1].plot(x, [100 * r.hit_rate for r in pts], style, color=color, label=label)
+            axes[1, 0].plot(x, [r.evicted_tokens for r in pts], style, color=color, label=label)
+            axes[1, 1].plot(x, [r.cached_bytes / 2**30 for r in pts], style, color=color,
+                            label=label)
     axes[0, 0].set(xscale="log", xlabel="block size (tokens)", ylabel="prompt tokens reused (%)",
                    title=f"hit rate vs block size ({pool_at:,}-token pool)")
     axes[0, 1].set(xscale="log", xlabel="pool size (token slots)", ylabel="prompt tokens reused (%)",
@@ -129,8 +130,8 @@ def prefix_figure(rows):
     for ax in (axes[0, 1], axes[1, 0], axes[1, 1]):
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticks(pools, [f"{p // 1024}K" for p in pools])
-    axes[0, 0].legend(fontsize=7)
-    axes[0, 1].legend(fontsize=7)
+    for ax in axes.flat:          # each panel says which line is which (a panel is read alone)
+        ax.legend(fontsize=7)
     fig.tight_layout()
     plt.close(fig)  # returned, so Jupyter shows it once (the inline backend would too)
     return fig

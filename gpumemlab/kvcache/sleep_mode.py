@@ -90,7 +90,8 @@ class TrainerStep:
     The order: parameters loaded, ``activations`` allocated one by one (forward), gradients
     allocated and activations freed in reverse (backward), optimizer states (``optimizer_factor``
     x parameters, Adam's two moments by default), then ``keep`` bytes that stay on the GPU after
-    the step (e.g. log-probs kept for the next rollout), then parameters, gradients and optimizer
+    the step (e.g. log-probs kept for the next rollout; a tuple of sizes keeps one tensor of
+    each, allocated in that order), then parameters, gradients and optimizer
     states freed (offloaded). The caching allocator keeps what was freed, as cache.
     """
 
@@ -107,7 +108,8 @@ class TrainerStep:
         for a in reversed(acts):
             a.free()
         states = [gpu.empty(self.params) for _ in range(self.optimizer_factor)]
-        kept = [gpu.empty(self.keep)] if self.keep else []
+        keep = self.keep if isinstance(self.keep, tuple) else (self.keep,)
+        kept = [gpu.empty(n) for n in keep if n]
         for t in [params, grads] + states:
             t.free()
         return kept

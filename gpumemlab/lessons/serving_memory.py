@@ -1,12 +1,16 @@
-"""Lesson 13, serving memory beyond pages: its exercise (the sizes of a trainer's activations
-under which an engine with a larger KV cache still wakes up beside it) and its selftest workload ``graph_pool_outputs`` (CUDA
-graphs captured largest first into one shared pool, outputs released or kept). The judge runs the
-sleep/train/wake cycle of ``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the
-learner's activation sizes (see ``lesson_exercises`` for the contract)."""
+"""Lesson 13, serving memory beyond pages: its exercise (which of a trainer's kept rollout
+buffers to offload, within a copy budget, so that an engine with a larger KV cache still wakes up
+beside it) and its selftest workload ``graph_pool_outputs`` (CUDA graphs captured largest first
+into one shared pool, outputs released or kept). The judge runs the sleep/train/wake cycle of
+``gpumemlab.kvcache.sleep_mode`` on a fresh ``SimulatedGPU`` with the learner's buffers offloaded
+before ``empty_cache()`` (see ``lesson_exercises`` for the contract)."""
 from __future__ import annotations
 
+import random
+from dataclasses import dataclass, field
+
 from gpumemlab.kvcache.sleep_mode import TrainerStep
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise, sizes_answer
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import format_size, GiB, MiB, parse_size
 
@@ -15,74 +19,145 @@ WEIGHTS_13 = "6GiB"
 GRAPHS_13 = "512MiB"
 
 
-# -- 13: lay out the trainer's activations so that the engine wakes with more KV cache
-# The reasoning asked for: empty_cache() returns whole free segments only, and the tensor the
-# trainer keeps after its step pins the segment it was carved from; which segment that is follows
-# from best fit (c10 get_free_block: the smallest free block that fits, a split remainder
-# included), after the optimizer states took theirs.
-KV_13 = 16 * GiB                # the KV cache the engine must wake up with (the lesson's 15 fails)
-ACTS_13 = TrainerStep().activations     # four activations; their sum is the batch's, kept
+# -- 13: offload the right rollout buffers so that the engine wakes with more KV cache
+# The reasoning asked for: empty_cache() returns whole free segments only, so a kept buffer pins
+# the segment best fit carved it from, and the segment comes back only when every buffer in it
+# leaves. Offloading a buffer costs its bytes (a PCIe copy); it gains nothing until its segment is
+# empty. The plan is a knapsack over the trainer's segments, read off its block map (which
+# buffers share a segment); one buffer at a time, or sets of buffers (2**24), is no way there.
+_rng = random.Random(13)
+_acts = [_rng.randint(4, 20) * 64 * MiB for _ in range(15)]
+ACTS_13 = tuple(_acts) + (12 * GiB - sum(_acts),)        # sixteen activations, 12 GiB in all
+BUFFERS_13 = tuple(_rng.randint(8, 200) * MiB for _ in range(24))   # kept after the step
+OFFLOAD_AT_MOST_13 = 1 * GiB    # the buffers copied to the host may add up to at most this
+del _rng, _acts
 
 
-def cycle_13(activations) -> tuple:
-    """The lesson's cycle (``empty_cache()`` before the wake-up, default settings) with a KV cache
-    of ``KV_13`` and the trainer's activations of these sizes: (the cycle's result, what the
-    trainer still reserves after ``empty_cache()`` outside the graph pool, free bytes then)."""
+@dataclass
+class OffloadingStep(TrainerStep):
+    """The exercise's trainer step: ``BUFFERS_13`` kept after the step, then the buffers numbered
+    in ``offload`` copied to the host (freed on the GPU). ``placement`` records, for each buffer,
+    the address of the segment it was carved from."""
+    offload: tuple = ()
+    placement: list = field(default_factory=list)
+
+    def run(self, gpu) -> list:
+        kept = super().run(gpu)
+        segments = [(s["address"], s["address"] + s["total_size"]) for s in gpu.memory_snapshot()]
+        self.placement[:] = [next(lo for lo, hi in segments if lo <= t.address < hi) for t in kept]
+        for i in self.offload:
+            kept[i].free()
+        return [t for i, t in enumerate(kept) if i not in self.offload]
+
+
+def cycle_13(offload=(), kv_cache=None) -> tuple:
+    """The lesson's cycle (``empty_cache()`` before the wake-up, default settings) with the
+    exercise's trainer, the buffers numbered in ``offload`` moved to the host before
+    ``empty_cache()``, and a KV cache of ``kv_cache`` (``KV_13()`` by default): (the cycle's
+    result, what the trainer still reserves after ``empty_cache()`` outside the graph pool, the
+    step, whose ``placement`` says where each buffer was)."""
     from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
-    r = sleep_wake_cycle(CARD_13, weights=WEIGHTS_13, kv_cache=KV_13, graph_pool=GRAPHS_13,
-                         trainer=TrainerStep(activations=tuple(activations)),
-                         empty_cache_before_wake=True)
-    _name, _mapped, reserved, _allocated, free = next(p for p in r.phases
-                                                      if p[0] == "empty_cache()")
-    return r, reserved - r.graph_pool_bytes, free
+    step = OffloadingStep(activations=ACTS_13, keep=BUFFERS_13, offload=tuple(offload))
+    r = sleep_wake_cycle(CARD_13, weights=WEIGHTS_13,
+                         kv_cache=KV_13() if kv_cache is None else kv_cache,
+                         graph_pool=GRAPHS_13, trainer=step, empty_cache_before_wake=True)
+    _name, _mapped, reserved, _allocated, _free = next(p for p in r.phases
+                                                       if p[0] == "empty_cache()")
+    return r, reserved - r.graph_pool_bytes, step
 
 
-@exercise("13.ex", "lay out the trainer so the engine wakes with more KV cache",
+def _groups(placement) -> dict:
+    groups = {}
+    for i, address in enumerate(placement):
+        groups.setdefault(address, []).append(i)
+    return groups
+
+
+_KV = []
+
+
+def KV_13() -> int:
+    """The KV cache the engine must wake with: what the card leaves once the trainer keeps only
+    the segments the best plan cannot empty (computed once, by the simulator)."""
+    if not _KV:
+        _r, pinned, step = cycle_13((), kv_cache=0)
+        # a segment's size: what it adds to the trainer's reserved bytes, read from one run that
+        # offloads that segment's buffers alone
+        best = {0: 0}
+        for address, members in _groups(step.placement).items():
+            cost = sum(BUFFERS_13[i] for i in members)
+            if cost > OFFLOAD_AT_MOST_13:
+                continue
+            gain = pinned - cycle_13(members, kv_cache=0)[1]
+            for spent, got in list(best.items()):
+                if spent + cost <= OFFLOAD_AT_MOST_13 and best.get(spent + cost, -1) < got + gain:
+                    best[spent + cost] = got + gain
+        room = (parse_size(CARD_13) - parse_size(GRAPHS_13) - parse_size(WEIGHTS_13)
+                - (pinned - max(best.values())))
+        _KV.append(room // MiB * MiB)
+    return _KV[0]
+
+
+def _buffer_numbers(answer) -> list:
+    if not isinstance(answer, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in answer):
+        raise AnswerShapeError(f"the answer is a list of buffer numbers, 0 to "
+                               f"{len(BUFFERS_13) - 1}")
+    wrong = [i for i in answer if not 0 <= i < len(BUFFERS_13)]
+    if wrong:
+        raise AnswerShapeError(f"the buffers are numbered 0 to {len(BUFFERS_13) - 1}; {wrong} "
+                               f"are not among them")
+    return sorted(set(answer))
+
+
+@exercise("13.ex", "offload the buffers that let the engine wake with more KV cache",
           "A 24 GiB card is shared by a vLLM-like engine (6 GiB of weights, a 512 MiB CUDA-graph "
-          f"pool) and the lesson's trainer. The engine sleeps (level 1), the trainer runs one "
-          "step and offloads, empty_cache() is called, and the engine wakes up, default "
-          f"allocator settings. Its KV cache is now {format_size(KV_13)}. The trainer's forward "
-          f"makes four activations adding up to {format_size(sum(ACTS_13))} (the lesson's are "
-          f"four of {format_size(ACTS_13[0])}); keep their total, and choose their sizes so "
-          "that the engine wakes up.",
-          f"a list of four sizes adding up to {format_size(sum(ACTS_13))}, each in bytes or a "
-          "string with a unit (MiB, GiB)",
-          hints=("After empty_cache(), what does the trainer's caching allocator still hold, and "
-                 "how much room does the engine need?",
-                 "The 64 MiB tensor kept after the step pins the whole segment it was carved "
-                 "from. Which segment can you make small?",
-                 "Before the kept tensor, the two 2 GiB optimizer states are carved, best fit: "
-                 "each takes the smallest free block that holds it, a remainder included. The "
-                 "kept tensor then takes the smallest free block left."),
-          stub=[f"{a // GiB} GiB" for a in ACTS_13])   # as the notebook ships it
+          "pool) and a trainer. The engine sleeps (level 1); the trainer runs one step "
+          "(kv.TrainerStep with activations=ACTS_13, sixteen of them, and keep=BUFFERS_13: 24 "
+          "rollout buffers it keeps after the step, from gpumemlab.lessons.serving_memory); "
+          "then it may copy some of those buffers to the host, adding up to at most "
+          f"{format_size(OFFLOAD_AT_MOST_13)}, before empty_cache() is called and the engine "
+          "wakes up, default allocator settings. The engine's KV cache is now "
+          "KV_13() (the same module). Which buffers (their numbers in BUFFERS_13) should the "
+          "trainer offload so that the engine wakes up?",
+          "a list of buffer numbers (indices into BUFFERS_13)",
+          hints=("After empty_cache(), what does the trainer's caching allocator still hold? "
+                 "What does offloading one buffer give back while another buffer shares its "
+                 "segment?",
+                 "Run the trainer's step on a card of your own and read its block map: which "
+                 "buffers share a segment? A segment comes back only when all of its buffers "
+                 "leave; it costs their bytes and returns its size.",
+                 "Choose the segments that return the most per byte copied, within the budget, "
+                 "then offload every buffer of each."),
+          stub=[])
 def _judge_13(answer):
-    sizes = sizes_answer(answer, len(ACTS_13))
-    if sum(sizes) != sum(ACTS_13) or 0 in sizes:
-        raise AnswerShapeError(f"four activations, none of them empty, adding up to "
-                               f"{format_size(sum(ACTS_13))} (yours add up to "
-                               f"{format_size(sum(sizes))})")
-    r, pinned, free = cycle_13(sizes)
-    figures = {"sizes": sizes, "pinned_after_empty_cache": pinned, "free_at_wake": free,
+    chosen = _buffer_numbers(answer)
+    cost = sum(BUFFERS_13[i] for i in chosen)
+    if cost > OFFLOAD_AT_MOST_13:
+        return False, (f"those buffers add up to {format_size(cost)}, more than the "
+                       f"{format_size(OFFLOAD_AT_MOST_13)} the copy budget allows"), \
+            {"offloaded": chosen, "copied": cost}
+    r, pinned, step = cycle_13(chosen)
+    groups = _groups(step.placement)
+    partial = sorted(min(m) for m in groups.values() if set(m) & set(chosen)
+                     and not set(m) <= set(chosen))
+    figures = {"offloaded": chosen, "copied": cost, "pinned_after_empty_cache": pinned,
                "woke": r.woke}
     if r.woke:
-        return True, (f"after empty_cache() the trainer still holds {format_size(pinned)}, the "
-                      f"segment its kept tensor pins, and the engine wakes with "
-                      f"{format_size(free)} free"), figures
-    smallest = min(s for s in sizes)
-    why = (f"after empty_cache() the trainer still holds {format_size(pinned)} (the segment its "
-           f"kept 64 MiB tensor was carved from), so the driver has {format_size(free)} free and "
-           f"the engine cannot map its weights and {format_size(KV_13)} of KV cache")
-    if sorted(sizes) == sorted(ACTS_13):
-        return False, why + ": that is the lesson's own layout", figures
-    if pinned == smallest:
-        room = free + pinned - parse_size(WEIGHTS_13) - KV_13
-        why += (f". The kept tensor did land in your smallest activation's segment, but the "
-                f"engine can spare at most {format_size(max(room, 0))} for it")
-    elif pinned > smallest:
-        why += (f". It was not your smallest activation's segment ({format_size(smallest)}): "
-                f"the two 2 GiB optimizer states were carved first, best fit, and the kept tensor "
-                f"then took the smallest free block left, which lay in a "
-                f"{format_size(pinned)} segment")
+        return True, (f"offloading {format_size(cost)} empties whole segments: after "
+                      f"empty_cache() the trainer still holds {format_size(pinned)} and the "
+                      f"engine wakes with its {format_size(KV_13())} of KV cache"), figures
+    why = (f"after empty_cache() the trainer still holds {format_size(pinned)}, the segments "
+           f"its remaining buffers were carved from, so the engine cannot map its weights and "
+           f"{format_size(KV_13())} of KV cache")
+    if not chosen:
+        return False, why + ": offload some buffers", figures
+    if partial:
+        why += (f". Some offloaded buffers shared a segment with buffers that stayed (the "
+                f"segments of buffer(s) {partial}): copying them returned nothing")
+    else:
+        why += (". Every segment you emptied came back, but another choice within the budget "
+                "empties segments that return more")
     return False, why, figures
 
 

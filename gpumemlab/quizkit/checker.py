@@ -8,6 +8,7 @@ An answer that cannot be read at all raises ``AnswerError`` and does not count a
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from ..units import parse_size
@@ -128,6 +129,8 @@ def _number(qid: str, answer, unit: str) -> float:
         try:
             value = float(text)
         except ValueError:
+            if unit in ("count", "percent"):
+                return _count_with_noun(qid, answer, text, unit)
             if unit not in ("bytes", "KiB", "MiB", "GiB"):
                 raise AnswerError(f"{qid}: cannot read {_short(answer)} as a number") from None
 
@@ -141,6 +144,32 @@ def _number(qid: str, answer, unit: str) -> float:
         raise AnswerError(f"{qid}: answer with a number (in {unit}), "
                           f"not {type(answer).__name__}")
     return value
+
+
+# A count as a learner types it: the number, then the thing counted ("64 tokens", "3 segments",
+# "2 cudaMalloc calls"); a percent may carry its sign ("12.5 %").
+_COUNTED = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))\s*"
+                      r"([A-Za-z][A-Za-z'-]*(?:\s+[A-Za-z][A-Za-z'-]*){0,3}|%)$")
+
+
+def _count_with_noun(qid: str, answer, text: str, unit: str) -> float:
+    """The number of a count typed with its noun. A size unit is not a noun: "64 MiB" for a
+    count is refused, since the question counts things, not bytes."""
+    found = _COUNTED.match(text.strip())
+    noun = found[2].lower() if found else ""
+    fits = noun in ("%", "percent") if unit == "percent" else bool(noun) and noun != "%"
+    if not fits:
+        raise AnswerError(f"{qid}: cannot read {_short(answer)} as a number"
+                          + (" (a count, optionally followed by what it counts)"
+                             if unit == "count" else " (a percent, optionally with %)"))
+    if noun in _SIZE_WORDS:
+        raise AnswerError(f"{qid}: {_short(answer)} is a size; this question asks for a count "
+                          f"(a number, optionally followed by what it counts)")
+    return float(found[1])
+
+
+_SIZE_WORDS = {"b", "byte", "bytes", "kb", "mb", "gb", "tb", "k", "m", "g", "t", "kib", "mib",
+               "gib", "tib"}
 
 
 def _close(got: float, expected: float, tolerance: float) -> bool:

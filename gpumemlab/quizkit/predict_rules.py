@@ -116,12 +116,39 @@ def decimal_units_rule(predicted, actual) -> str:
     return ""
 
 
+NEAR_BARE = 0.10   # a bare number within 10 % of the answer once read in its shown unit
+
+
+def bare_bytes_rule(predicted, actual) -> str:
+    """The rule when ``predicted`` is a bare number that the size parser read as bytes ("32"
+    is 32 bytes, as ``parse_size`` and PyTorch read an int) but that is the answer, or near it,
+    in the unit the answer is shown in: "32" typed for 32.00 MiB."""
+    from gpumemlab.units import format_size, parse_size
+
+    shown_unit = format_size(int(actual)).split()[-1]
+    if shown_unit == "bytes" or not predicted > 0:
+        return ""
+    factor = parse_size(f"1{shown_unit}")
+    if predicted >= factor:
+        return ""
+    meant = predicted * factor
+    off = abs(meant - actual) / actual
+    if off > NEAR_BARE:
+        return ""
+    right = format_size(round(meant)) == format_size(int(actual))
+    number = f"{predicted:g}"
+    return (f"{number} was read as bytes; did you mean {number} {shown_unit}? A number with no "
+            f"unit is a byte count, as in gpu.empty(n); {number} {shown_unit} would be "
+            + ("right." if right else f"{100 * off:.1f} % off.")
+            + f" Type the unit: '{number} {shown_unit}'.")
+
+
 def _matched(spec: Spec, predicted, actual) -> str:
     alike = (lambda a, b: show_value(spec, a) == show_value(spec, b)) if spec.kind == "size" \
         else None
     rule = next((m.said() for m in spec.misconceptions if m.matches(predicted, actual, alike)), "")
     if not rule and spec.kind == "size" and predicted and actual:
-        rule = decimal_units_rule(predicted, actual)
+        rule = decimal_units_rule(predicted, actual) or bare_bytes_rule(predicted, actual)
     return rule
 
 
@@ -171,4 +198,4 @@ def compare(spec: Spec, predicted, actual) -> Reveal:
 
 
 __all__ = ["Spec", "Reveal", "Misconception", "QUESTIONS", "question", "compare", "show_value",
-           "KINDS", "decimal_units_rule", "shown_alike"]
+           "KINDS", "decimal_units_rule", "bare_bytes_rule", "shown_alike"]

@@ -20,6 +20,8 @@ marked where an entry's ``user_metadata`` changes (``torch.cuda.memory._set_memo
 """
 from __future__ import annotations
 
+import sys
+
 from gpumemlab.units import format_size
 from gpumemlab.viz.frames import culprit_frame
 from gpumemlab.viz.history import History
@@ -52,10 +54,25 @@ def _frame_key(frames) -> str | None:
         k += 1
         f = frames[k]
     path = str(f.get("filename") or "?").replace("\\", "/")
-    # code typed in a notebook runs from the kernel's temporary file (/tmp/ipykernel_NNN/NNN.py):
-    # its name means nothing to a reader, the cell does
-    filename = "cell" if "/ipykernel_" in path else path.rsplit("/", 1)[-1]
-    return f"{f.get('name')} ({filename}:{f.get('line')})"
+    if "/ipykernel_" in path:
+        # code typed in a notebook runs from the kernel's temporary file (/tmp/ipykernel_NNN/NNN.py):
+        # its name means nothing to a reader; the line of the cell does, named as IPython's
+        # tracebacks name it ("Cell In[5], line 14") when this kernel ran that cell
+        cell = _cell_name(str(f.get("filename")))
+        where = f"cell {cell}" if cell else "a notebook cell"
+        return f"{f.get('name')} (line {f.get('line')} of {where})"
+    return f"{f.get('name')} ({path.rsplit('/', 1)[-1]}:{f.get('line')})"
+
+
+def _cell_name(path: str):
+    """IPython's name for the cell that ran from ``path`` ("In[5]"), or None outside IPython or
+    for a cell this kernel did not run (a snapshot recorded elsewhere)."""
+    ipython = sys.modules.get("IPython")      # never imported here: only where it already runs
+    try:
+        named = ipython.get_ipython().compile.format_code_name(path)
+    except AttributeError:                     # no IPython, no shell, or an IPython without it
+        return None
+    return named[1] if named else None
 
 
 def bands(source, *, by: str = "frame", device=None) -> dict:

@@ -313,20 +313,23 @@ print(gml.fragmentation(gpu.snapshot(), total_memory=gpu.total_memory))
 rec.held.clear()      # free the scenario's tensors
 
 # %% [markdown]
-# ## Exercise: what to free so that `empty_cache()` gives back more
+# ## Exercise: what to free so that `empty_cache()` gives back the most
 #
-# The same scenario on a fresh 8 GiB simulated card, tensors kept. The program may free some of
-# its live tensors, adding up to a small budget, before it calls `empty_cache()`. Which segments
-# (their numbers in `gml.text_blockmap`) should it free every live tensor of, so that
-# `empty_cache()` then hands back a given amount more than it would with nothing freed? The task
-# below gives the budget and the amount. Reason from the block map of the state as it is; the
+# A different program this time, `accumulate_and_log`: it loads six weights, then accumulates
+# gradients over 40 micro-batches, each making an activation and keeping one small tensor (its
+# loss and logits, for logging); the activations go at the end, the kept tensors stay. The
+# program may free some of its live tensors, adding up to a small budget, before it calls
+# `empty_cache()`. Which segments (their numbers in `gml.text_blockmap`) should it free every
+# live tensor of, so that `empty_cache()` then hands back as much as it can? The task below gives
+# the budget. Reason from the evidence of the state as it is (the snapshot, the block map); the
 # check rebuilds the state, frees the live tensors of your segments, calls `empty_cache()` and
 # measures what came back.
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.reading_the_evidence import accumulate_and_log
 gml.exercise("03.ex")
 case = gml.SimulatedGPU("8GiB", alloc_conf="")
-case_record = gml.scenarios.train_step_like(case, release=False)   # the state to investigate
+case_held = accumulate_and_log(case)      # the state to investigate (the tensors it still holds)
 my_segments = []          # change this: segment numbers, as gml.text_blockmap(case.snapshot()) shows
 gml.exercise.check("03.ex", my_segments)
 

@@ -40,14 +40,15 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # then computes:
 #
 # * **requested** = total memory × `gpu_memory_utilization`;
-# * **KV cache** = requested − weights − activation peak − memory used outside torch − an
-#   **estimate** of the CUDA-graph pool;
+# * **KV cache** = requested − weights − activation peak − memory used outside torch − the
+#   CUDA-graph pool, as vLLM sizes it at start-up;
 # * **blocks** = KV cache ÷ (bytes of one block in all layers); **maximum concurrency** = blocks ÷
 #   blocks of one request of `max_model_len` tokens.
 #
-# The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured later, largest first, all
-# into **one shared pool**. vLLM estimates that pool by capturing the two largest sizes and
-# multiplying the second one's growth by the number of sizes.
+# The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured after the KV cache is
+# allocated, so the pool is budgeted before they exist. vLLM's rule is linear: it captures the
+# two largest sizes and multiplies the second one's growth of the pool by the number of sizes.
+# How the graphs themselves are then captured is lesson 11's subject.
 #
 # `kv.budget` does this arithmetic and then runs the start-up on a simulated card: the model's
 # forward pass is recorded with `gml.capture` (on PyTorch's `meta` device: shapes only, no
@@ -78,9 +79,10 @@ assert b.num_blocks == b.available_kv // b.page_bytes // b.num_layers
 assert b.graph_estimate > b.graph_reserved
 
 # %% [markdown]
-# The estimate is too large: after the largest graph, each smaller capture is served from blocks
-# the larger ones freed inside the shared pool, and adds little or nothing; the rule still charges
-# every size. The KV cache loses what the pool never uses.
+# The estimate is too large. vLLM captures the graphs largest first, all into one shared pool:
+# after the largest graph, each smaller capture is served from blocks the larger ones freed inside
+# that pool, and adds little or nothing; the rule still charges every size. The KV cache loses
+# what the pool never uses.
 #
 # The table also says that the server uses **more** than it requested. The profile counts the
 # *allocated* peak of the forward pass; the card needs the *reserved* peak. The replay shows why:
@@ -227,18 +229,25 @@ assert cycles["empty_cache() with expandable_segments:True"].woke
 print(gml.experiment(["graph_pool_outputs"], gpu))
 
 # %% [markdown]
-# ## Exercise: lay out the trainer so that the engine wakes with more
+# ## Exercise: offload the buffers that let the engine wake with more
 #
 # Same card, same engine weights and graphs, `empty_cache()` before the wake-up, default
-# allocator settings, but the engine now wants a larger KV cache than the 15 GiB above (the task
-# says how much). The trainer's batch is the same, so its four activations keep their total; you
-# choose their sizes. Give four sizes under which the engine wakes up. The check runs the cycle
-# with a `kv.TrainerStep` whose activations are yours.
+# allocator settings, but the engine now wants a larger KV cache than the 15 GiB above
+# (`KV_13()`), and the trainer is an RL step that keeps 24 rollout buffers after it
+# (`BUFFERS_13`: log-probs, values, rewards of its rollouts) beside sixteen activations
+# (`ACTS_13`). Before `empty_cache()` the trainer may copy some buffers to the host, up to a copy
+# budget (`OFFLOAD_AT_MOST_13`). Which buffers should it offload so that the engine wakes up?
+# Reason from the trainer's own evidence: run its step on a card of your own
+# (`kv.TrainerStep(activations=ACTS_13, keep=BUFFERS_13).run(card)` returns the kept buffers, in
+# order) and read the block map. The check runs the cycle with your buffers offloaded.
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.serving_memory import ACTS_13, BUFFERS_13, KV_13, OFFLOAD_AT_MOST_13
 gml.exercise("13.ex")
-my_activations = ["3 GiB", "3 GiB", "3 GiB", "3 GiB"]   # change this: four sizes, same total
-gml.exercise.check("13.ex", my_activations)
+print(f"KV cache {gml.format_size(KV_13())}, copy budget {gml.format_size(OFFLOAD_AT_MOST_13)}, "
+      f"{len(BUFFERS_13)} buffers adding up to {gml.format_size(sum(BUFFERS_13))}")
+my_offload = []          # change this: the numbers of the buffers to copy to the host
+gml.exercise.check("13.ex", my_offload)
 
 # %%
 gml.quiz("13")

@@ -164,3 +164,20 @@ def test_invariants_hold_through_a_crowded_chat(policy):
         assert cache.owned_tokens == 0 and cache.locked_tokens == 0 and cache.evicted_tokens > 0
     else:
         assert len(cache.free) == cache.num_blocks and cache.evictions > 0 and cache.host_evictions > 0
+
+
+def test_every_panel_of_the_prefix_figure_has_a_legend_naming_each_workload():
+    # lesson 13's figure: the two lower panels once had lines of three colours and two styles
+    # with no legend, read only by looking up at the panels above
+    import matplotlib
+    matplotlib.use("Agg")
+    from gpumemlab.kvcache.prefix_figures import KINDS, prefix_figure, prefix_sweep
+    rows = prefix_sweep(num_requests=40, block_sizes=(1, 16), pool_tokens=(4_096, 16_384),
+                        pool_at=4_096)
+    fig = prefix_figure(rows)
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        assert legend is not None, ax.get_title()
+        labels = [t.get_text() for t in legend.get_texts()]
+        assert all(any(label.startswith(kind) for label in labels) for kind in KINDS), labels
+        assert any("radix" in label for label in labels), labels

@@ -3,7 +3,7 @@ import pytest
 
 from gpumemlab.quizkit import Quiz
 from gpumemlab.quizkit.bank import load_bank
-from gpumemlab.quizkit.checker import evaluate
+from gpumemlab.quizkit.checker import AnswerError, evaluate
 from gpumemlab.quizkit.generators import make_variant
 
 
@@ -53,6 +53,17 @@ def test_numeric_answers_accept_units_and_tolerance(quiz):
     wrong3 = [quiz.evaluate("01.2", 2, record=True) for _ in range(3)][-1]
     assert "The simulated GPU gives 20 MiB." in wrong3.text
     assert quiz.evaluate("08.3", 0.8535).correct       # tolerance 0.001
+
+
+def test_a_count_may_be_typed_with_what_it_counts(quiz):
+    # 13.3 asks how many of 70 tokens a later request reuses (unit: count); "64 tokens" is how a
+    # learner writes it, and was refused as "cannot read '64 tokens' as a number"
+    assert quiz.evaluate("13.3", "64 tokens").correct and quiz.evaluate("13.3", "64").correct
+    assert not quiz.evaluate("13.3", "70 tokens").correct
+    with pytest.raises(AnswerError, match="is a size; this question asks for a count"):
+        quiz.evaluate("13.3", "64 MiB")                 # a size unit is not what is counted
+    with pytest.raises(AnswerError, match="cannot read"):
+        quiz.evaluate("13.3", "tokens")
 
 
 def test_predict_variants_depend_on_the_seed_and_are_checked_by_the_simulator(quiz,

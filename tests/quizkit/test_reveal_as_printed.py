@@ -71,3 +71,27 @@ def test_enter_in_the_box_saves(predict):
     choice = PredictView(predict, predict._declare("02.p2", "succeeds?", None, ["yes", "no"], ""))
     choice.field.value = "no"
     assert predict.progress().prediction("02.p2")["value"] == "no"
+
+
+@pytest.mark.parametrize("typed,actual,ending", [("32", 32 * MiB, "would be right."),
+                                                 ("30", 32 * MiB, "would be 6.2 % off."),
+                                                 ("3", 3 * GiB + 123 * MiB, "% off.")])
+def test_a_bare_number_read_as_bytes_is_named_in_the_shown_unit(predict, typed, actual, ending):
+    # "32" for a 32.00 MiB answer is 32 bytes (a bare number is a byte count, as gpu.empty reads
+    # it); the reveal says so and names the size the learner meant (before: "a factor of 1048576")
+    predict("99.p1", "reserved?")
+    predict.answer("99.p1", typed)
+    got = predict.judge("99.p1", actual)
+    unit = format_size(actual).split()[-1]
+    assert got.verdict == "off"
+    assert f"read as bytes; did you mean {typed} {unit}?" in got.rule and ending in got.rule
+    assert got.rule in got.text
+
+
+def test_a_bare_number_far_from_the_answer_in_any_unit_names_no_slip(predict):
+    predict("99.p1", "reserved?")
+    predict.answer("99.p1", "5")
+    assert predict.judge("99.p1", 32 * MiB).rule == ""          # 5 MiB is not near 32 MiB
+    predict("99.p2", "requested?")
+    predict.answer("99.p2", "32")
+    assert predict.judge("99.p2", 900).rule == ""               # shown in bytes: no other unit

@@ -105,3 +105,26 @@ def test_a_comprehension_is_named_after_the_function_that_holds_it():
     _keep = make_state(gpu)
     keys = {b["key"].split(" (")[0] for b in bands(gpu, by="frame")["bands"]}
     assert keys == {"make_state"}
+
+
+def _cell_frames(line):
+    return [{"filename": "/tmp/ipykernel_4242/1234567.py", "name": "forward", "line": line}]
+
+
+def test_code_typed_in_a_cell_is_named_by_its_line_of_the_cell(monkeypatch):
+    # the legend once read "forward (cell:14)", which looks like a cell number; line 14 is meant
+    import sys
+    import types
+    from gpumemlab.viz.active_timeline import _frame_key
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)     # a script: no kernel to ask
+    assert _frame_key(_cell_frames(14)) == "forward (line 14 of a notebook cell)"
+
+    class Compiler:                                   # IPython's, as its tracebacks use it
+        def format_code_name(self, name):
+            return ("Cell", "In[5]") if name == "/tmp/ipykernel_4242/1234567.py" else None
+    shell = types.SimpleNamespace(compile=Compiler())
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert _frame_key(_cell_frames(14)) == "forward (line 14 of cell In[5])"
+    other = [{"filename": "/tmp/ipykernel_4242/999.py", "name": "f", "line": 3}]
+    assert _frame_key(other) == "f (line 3 of a notebook cell)"      # a cell run elsewhere
+    assert _frame_key([{"filename": "/w/train.py", "name": "step", "line": 7}]) == "step (train.py:7)"
