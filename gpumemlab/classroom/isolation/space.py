@@ -163,7 +163,7 @@ class Watchdog:
     folders, every ``every_s``; past ``limit_bytes``, ``stop`` (which ends the run) is called
     once and ``tripped`` is set."""
 
-    def __init__(self, folders, uid: int, limit_bytes: int, stop, every_s: float = 0.2,
+    def __init__(self, folders, uid: int, limit_bytes: int, stop, every_s: float = 0.1,
                  shared=SHARED_TMP):
         self.folders, self.uid, self.limit, self.stop_run = list(folders), uid, limit_bytes, stop
         self.every, self.shared = every_s, shared

@@ -27,8 +27,10 @@ and CAP_SETGID that Docker grants root by default. Then:
 What stays open without namespaces: the network; where the kernel has no Landlock
 (``landlock``), every file any user may read (the Python installation, world-readable files of
 the machine, ``/tmp``, and the teacher's folders when their modes allow it, which ``probe``
-reports); ``/dev/shm``; signals to processes of the same uid (none but the run's own). The run's
-temporary files go to a folder of its own (``private_env``), not to ``/tmp``. ``probe`` runs
+reports); ``/dev/shm`` where root may not mount (``space``: otherwise a private one, and the
+run's folders on a tmpfs of their own; else a watchdog bounds what the run writes); signals to
+processes of the same uid (none but the run's own). The run's temporary files go to a folder of
+its own (``private_env``), not to ``/tmp``. ``probe`` runs
 once per grading run; where ``setpriv`` is missing or fails, the caller runs nothing
 (``grade.RootRunsRefused``) unless the teacher allowed runs as root. In the texts a teacher or student reads, this user is "an unprivileged user"; the
 code calls the mode ``nobody``, the role it plays.
