@@ -147,3 +147,22 @@ def test_without_mounts_the_watchdog_stops_the_filler_alone():
     _honest_unharmed(graded)
     print(f"filler wrote {graded['filled']} MiB in its folder, {graded['hoarded']} MiB in "
           f"/dev/shm before it was stopped", file=sys.stderr)
+
+
+def test_a_run_failed_on_a_full_grader_disk_is_told_it_is_not_its_doing(tmp_path):
+    """The note a run that did not finish gets when the grader's own disk is nearly full (a
+    tmpfs of 128 MiB, filled, stands for that disk); with room, no such note."""
+    disk = space.RunSpace(tmp_path, 128 << 20)
+    if not disk.mounted:
+        skip_or_fail("root cannot mount here (no CAP_SYS_ADMIN)")
+    try:
+        assert space.disk_note(tmp_path) == ""
+        with open(tmp_path / "fill", "wb") as f:
+            try:
+                f.write(b"x" * (100 << 20))
+            except OSError:
+                pass
+        note = space.disk_note(tmp_path)
+        assert "disk was nearly full" in note and "not be yours to answer for" in note
+    finally:
+        disk.close()

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
-import time
 
 _PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
 
@@ -58,27 +56,17 @@ def descendants(pid: int = None) -> list:
 
 
 def end_descendants(rounds: int = 50) -> int:
-    """Stop, then kill, every process below this one until none is left (one may fork while
-    the list is read), and reap those that became this process's children. -> how many."""
-    ended = set()
-    for _ in range(rounds):
-        pids = [p for p in descendants() if _alive(p)]
-        if not pids:
-            break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for p in pids:
-                try:
-                    os.kill(p, sig)
-                except OSError:
-                    pass
-        ended.update(pids)
-        time.sleep(0.01)
-        for p in pids:   # an orphan handed to this subreaper is its child: reap it
+    """Stop, then kill, every process below this one until none is left, and reap those that
+    became this process's children. -> how many."""
+    from .unprivileged import kill_until_none
+
+    def reap(pids):   # an orphan handed to this subreaper is its child
+        for p in pids:
             try:
                 os.waitpid(p, os.WNOHANG)
             except ChildProcessError:
                 pass
-    return len(ended)
+    return kill_until_none(lambda: [p for p in descendants() if _alive(p)], rounds, reap)
 
 
 def _alive(pid: int) -> bool:

@@ -327,15 +327,15 @@ def _processes_of(uid: int, since: int = 0) -> list:
     return found
 
 
-def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
-    """Stop, then kill, every process of ``uid`` started since ``since``, until none is left
-    (a process may fork while the list is read). -> how many were killed."""
+def kill_until_none(find, rounds: int = 50, after=None) -> int:
+    """Stop, then kill, every process ``find()`` lists, until it lists none (a process may
+    fork while the list is read); ``after(pids)`` once a round. -> how many were killed."""
     killed = set()
     for _ in range(rounds):
-        pids = _processes_of(uid, since)
+        pids = find()
         if not pids:
             break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for sig in (signal.SIGSTOP, signal.SIGKILL):   # stopped first: none forks meanwhile
             for pid in pids:
                 try:
                     os.kill(pid, sig)
@@ -343,4 +343,12 @@ def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
                     pass
         killed.update(pids)
         time.sleep(0.01)   # let the kernel deliver the signals before looking again
+        if after is not None:
+            after(pids)
     return len(killed)
+
+
+def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
+    """Stop, then kill, every process of ``uid`` started since ``since``, until none is left.
+    -> how many were killed."""
+    return kill_until_none(lambda: _processes_of(uid, since), rounds)

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from .. import isolation
+from . import landlock
 from . import space as space_mod
 from . import unprivileged
 from .confine import sandbox_cgroup
@@ -110,7 +111,9 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None, bound
     finally:
         cleanup()
     watch = None
-    if run.runs_as == "nobody" and not (bounded and shm_private):
+    # no watchdog only where every place the run may write is bounded: its tmpfs, a private
+    # /dev/shm, and (Landlock's allow-list) no /tmp or /var/tmp
+    if run.runs_as == "nobody" and not (bounded and shm_private and landlock.abi() >= 1):
         watch = _disk_watch(home, io, uid, shm_private,
                             lambda: unprivileged.kill_leftovers(since, uid))
     try:
