@@ -5,7 +5,8 @@ not their number, so one submission filled the grader's disk and two honest clas
 
 Two submissions graded side by side (two workers): a "filler" with right answers whose cell
 writes forty 16 MiB files in its folder (640 MiB: it notes how many MiB it got written before a
-write failed), removes them, then writes sixteen 16 MiB files to ``/dev/shm`` through libc (past
+write failed), removes them (not where its own tmpfs is full: it is told so), then writes
+sixteen 16 MiB files to ``/dev/shm`` through libc (past
 the audit hook) and waits; and an honest one, which runs beside it. With mounts
 (``isolation.space``: a tmpfs per run, a private ``/dev/shm``) the filler's writes fail past
 ``RUN_DISK_BYTES``; without them (``RunSpace`` and the private ``/dev/shm`` switched off in the
@@ -35,6 +36,11 @@ pytestmark = pytest.mark.usefixtures("unprivileged_mode")
 
 FILL = """
 import ctypes, os, time
+def note(name, mib):   # in place, in a block it already has: a full tmpfs still takes it
+    with open(name, "r+") as f:
+        f.write("%04d" % mib)
+for name in ("filled.txt", "hoarded.txt"):
+    open(name, "w").write("0000")
 n = 0
 chunk = b"x" * (16 << 20)
 for i in range(40):
@@ -44,8 +50,8 @@ for i in range(40):
     except OSError:
         break
     n += 16
-    open("filled.txt", "w").write(str(n))
-for i in range(40):
+    note("filled.txt", n)
+for i in range(40 if CLEAN else 0):   # left full: the run is told it filled its space
     try:
         os.remove(f"fill{i}.bin")
     except OSError:
@@ -62,7 +68,7 @@ for i in range(16):
     if wrote != 16 << 20:
         break
     shm += 16
-    open("hoarded.txt", "w").write(str(shm))
+    note("hoarded.txt", shm)
 time.sleep(8)
 """
 
@@ -93,7 +99,8 @@ def _grade(mounts: bool):
         source.write_bytes(M.SOURCE.read_bytes())
         right = M.answered(student_version(nbformat.read(str(source), as_version=4)), M.RIGHT)
         (subs / "filler").mkdir(parents=True)
-        nbformat.write(M.add_cell_after(right, "frag-answer", FILL.replace("TAG", tag)),
+        fill = FILL.replace("TAG", tag).replace("CLEAN", str(not mounts))
+        nbformat.write(M.add_cell_after(right, "frag-answer", fill),
                        str(subs / "filler" / "lab.ipynb"))
         (subs / "honest").mkdir()
         nbformat.write(M.add_cell_after(right, "frag-answer", "import time\ntime.sleep(10)"),
@@ -136,6 +143,7 @@ def test_with_mounts_a_run_fills_only_its_own_tmpfs_and_shm():
     assert 0 < graded["filled"] <= space.RUN_DISK_BYTES >> 20
     assert graded["hoarded"] <= space.SHM_BYTES >> 20
     assert graded["left"] == []
+    assert "filled the space its run may write" in graded["feedback"]["filler"]
     _honest_unharmed(graded)
 
 

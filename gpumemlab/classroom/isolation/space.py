@@ -189,14 +189,18 @@ class Watchdog:
         self._thread.join()
 
 
-def disk_note(folder) -> str:
-    """For a run that did not finish: "" unless the grader's disk was nearly full, then a line
-    saying so (whoever filled it, it was not this run's doing when its own space is bounded)."""
+def free_bytes(folder) -> int:
     try:
         st = os.statvfs(folder)
     except OSError:
-        return ""
-    free = st.f_bavail * st.f_frsize
+        return 1 << 62
+    return st.f_bavail * st.f_frsize
+
+
+def disk_note(folder) -> str:
+    """For a run that did not finish: "" unless the grader's disk was nearly full, then a line
+    saying so (whoever filled it, it was not this run's doing when its own space is bounded)."""
+    free = free_bytes(folder)
     if free >= LOW_DISK_BYTES:
         return ""
     return (f"the grading machine's disk was nearly full while this notebook ran ({free >> 20} "

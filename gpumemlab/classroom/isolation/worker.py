@@ -131,6 +131,10 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None, bound
                                  f"folder and the shared temporary folders together: the limit "
                                  f"of one run), so it was stopped; tests not reached score 0")
             space_mod.remove_leftovers(uid)   # /dev/shm, /tmp: nothing of it stays
+            if bounded and space_mod.free_bytes(base) < 1 << 20:
+                notes.append(f"the notebook filled the space its run may write (its folder: "
+                             f"the copy plus {space_mod.RUN_DISK_BYTES >> 20} MiB, the limit "
+                             f"of one run); writes past that failed")
         state = read_state(io / "result.json")
         kill_group(proc.pid)   # bwrap dies, and with it its PID namespace
         if run.runs_as in ("user", "root"):   # nobody's are all dead; this pid is untrusted
