@@ -32,8 +32,9 @@ from pathlib import Path
 
 from . import isolation, variants
 from .isolation import unprivileged
+from .isolation.space import RUN_DISK_BYTES, RunSpace
 from .build import build_graded, student_answers, test_parts, tests_of
-from .intake import copy_submission, display_id, find_notebook, find_submissions, read_timestamp
+from .intake import COPY_LIMIT_BYTES, copy_submission, display_id, find_notebook, find_submissions, read_timestamp
 from .late import apply_late
 from .isolation.worker import decode as _decode
 from .isolation.worker import run_worker as _run_worker
@@ -191,6 +192,10 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     started = time.monotonic()
     notes, student_nb, state, timestamp, answers = [], None, {}, "", {}
     base = Path(tempfile.mkdtemp(prefix="gml-grade-"))
+    # an unprivileged run's folders on a tmpfs of their own where root may mount: what it
+    # writes fills that, not the grader's disk (``isolation.space``)
+    space = RunSpace(base, COPY_LIMIT_BYTES + RUN_DISK_BYTES) if run.runs_as == "nobody" \
+        else None
     home, io = base / "submission", base / "grader"
     inside = run.sandbox
     from .scrub import grader_paths
@@ -238,13 +243,16 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             (io / name).write_text("")
         if inside:
             isolation.give_to_sandbox(io)
-        state = _run_worker(run, base, home, io, f"{in_io}/job.json", timeout, notes)
+        state = _run_worker(run, base, home, io, f"{in_io}/job.json", timeout, notes,
+                            space=space)
     except _NothingToRun:
         state = {"finished": True}
     finally:
-        if keep is not None:
+        if keep is not None:   # what the run left: folders, files and links, no FIFO
             shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
-                            symlinks=True)
+                            symlinks=True, ignore=_not_regular)
+        if space is not None:
+            space.close()
         shutil.rmtree(base, ignore_errors=True)
     rows = _judge_rows(run, state, requests, student_id, paths, variant_seed)
     from .runner import MAX_RESTARTS
@@ -255,13 +263,31 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
             gid = ev.get("grade_id") if isinstance(ev.get("grade_id"), str) else ""
             role = ev.get("role") if ev.get("role") in ("answer", "test", "source", "student",
                                                         "startup") else "notebook"
-            notes.append(f"a {role} cell{' (' + gid[:80] + ')' if gid else ''} stopped: "
+            article = "an" if role[0] in "aeiou" else "a"
+            notes.append(f"{article} {role} cell{' (' + gid[:80] + ')' if gid else ''} stopped: "
                          f"{ev['event']}; it was skipped and the rest re-run")
     if not inside:
         notes.insert(0, _scrub(run.not_isolated_note(), paths, 2000))   # setpriv's reason
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
                          timestamp, notes, isolated=inside, answers=answers)
+
+
+def _not_regular(folder, names) -> set:
+    """``copytree``'s ignore: entries neither folders, regular files nor links (a FIFO the
+    student's code made would block or fail the copy of everything kept)."""
+    import stat
+
+    skipped = set()
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(folder, name)).st_mode
+        except OSError:
+            skipped.add(name)
+            continue
+        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            skipped.add(name)
+    return skipped
 
 
 def _read_student(home, folder, notebook, notes, paths):

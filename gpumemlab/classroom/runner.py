@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 MAX_RESTARTS = 3
+WALL_FACTOR = 4   # a cell's wall-clock cap, in cell timeouts (``CellClock``)
 OUTPUT_LIMIT = 2000
 ANSWERS_MIME = "text/x-gpumemlab-answers"
 ANSWERS_LIMIT = 256 << 10   # every answer of one test cell, as JSON: kilobytes are enough
@@ -58,6 +59,56 @@ def _text_outputs(cell) -> str:
             parts.append(f"{out.get('ename')}: {out.get('evalue')}")
     text = "".join(parts)
     return text if len(text) <= OUTPUT_LIMIT else text[:OUTPUT_LIMIT] + "\n... (cut)"
+
+
+def cpu_seconds(pid) -> float:
+    """CPU time of ``pid`` and of its children it reaped (``/proc/PID/stat``), or 0."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", "rb") as f:
+            stat = f.read()
+        rest = stat[stat.rindex(b")") + 2:].split()
+        return sum(int(x) for x in rest[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0.0
+
+
+class CellClock:
+    """One cell's time limit, counted against its own kernel's CPU time, not the wall clock
+    alone: other submissions' processes (twelve ``setsid`` busy loops, say) may take the
+    machine's cores, and a classmate's 4 s cell then took more than 20 s of wall time and timed
+    out. A cell is stopped (its kernel killed: ``expired``) once it ran ``limit_s`` of wall time
+    *and* its kernel used ``limit_s`` of CPU; a cell waiting on nothing (a sleep) is stopped by
+    nbclient at ``WALL_FACTOR`` times the limit."""
+
+    def __init__(self, kernel_pid, limit_s: float, every_s: float = 0.25):
+        import threading
+
+        self.pid, self.limit, self.every = kernel_pid, float(limit_s), every_s
+        self.expired = False
+        self._start_cpu, self._start = cpu_seconds(kernel_pid), time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def used(self) -> tuple:
+        return time.monotonic() - self._start, cpu_seconds(self.pid) - self._start_cpu
+
+    def _watch(self):
+        import signal
+
+        while not self._done.wait(self.every):
+            wall, cpu = self.used()
+            if wall >= self.limit and cpu >= self.limit:
+                self.expired = True
+                try:
+                    os.kill(self.pid, signal.SIGKILL)   # nbclient then sees a dead kernel
+                except (OSError, TypeError):
+                    pass
+                return
+
+    def close(self):
+        self._done.set()
+        self._thread.join()
 
 
 def _kernel_manager(runtime: str, sockets: str = "tcp"):
@@ -123,7 +174,7 @@ def run_job(job: dict) -> dict:
     (workdir / ".tmp").mkdir(exist_ok=True)   # ipykernel keeps cell files here for tracebacks
     sockets = job.get("kernel_sockets", "tcp")
     client = NotebookClient(nb, km=_kernel_manager(job["runtime"], sockets),
-                            timeout=job["cell_timeout"],
+                            timeout=job["cell_timeout"] * WALL_FACTOR,   # CellClock: CPU
                             allow_errors=True,
                             interrupt_on_timeout=False, startup_timeout=60,
                             resources={"metadata": {"path": str(workdir)}})
@@ -140,11 +191,17 @@ def run_job(job: dict) -> dict:
         state["tests"].setdefault(info["grade_id"], {"passed": passed, "output": output,
                                                      "answers": _answers(cells[i])})
 
+    clock = {}
+
     def execute(i, replay=False):
         reply_box = {}
         client.on_cell_executed = lambda cell, cell_index, execute_reply: \
             reply_box.setdefault("reply", execute_reply)
-        client.execute_cell(cells[i], i, store_history=False)
+        clock["now"] = CellClock(state["kernel_pid"], job["cell_timeout"])
+        try:
+            client.execute_cell(cells[i], i, store_history=False)
+        finally:
+            clock["now"].close()
         if roles[i].get("role") == "test" and not replay:
             record_test(i, reply_box.get("reply"))
 
@@ -181,7 +238,9 @@ def run_job(job: dict) -> dict:
                 execute(i)
                 state["cells_run"] += 1
             except (CellTimeoutError, DeadKernelError, RuntimeError) as exc:
-                kind = "timeout" if isinstance(exc, CellTimeoutError) else "kernel died"
+                timed_out = isinstance(exc, CellTimeoutError) or \
+                    ("now" in clock and clock["now"].expired)
+                kind = "timeout" if timed_out else "kernel died"
                 state["events"].append({"cell": i, "event": kind, "role": roles[i].get("role"),
                                         "grade_id": roles[i].get("grade_id")})
                 if roles[i].get("role") == "test":

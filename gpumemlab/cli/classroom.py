@@ -70,6 +70,9 @@ def register(subparsers) -> None:
                         "ROOT instead of stopping with the reason; every feedback file says so")
     g.add_argument("--memory-mb", type=int, default=None,
                    help="address-space limit per sandboxed process in MiB (8192)")
+    g.add_argument("--keep", type=Path, default=None,
+                   help="keep each run's folder in KEEP/<student> (its copy as the run left "
+                        "it, the executed notebook, the worker's log) to look into a run")
     g.add_argument("--certificates-key", type=Path, default=None,
                    help="after grading, sign certificates with this private key (PEM)")
     g.add_argument("--course", default=None, help="course name for --certificates-key")
@@ -202,7 +205,7 @@ def _grade(args) -> int:
                                 progress=LineSink(tick, "graded") if tick.on else None,
                                 sandbox=not args.no_sandbox, limits=limits, late=policy,
                                 assignment=args.assignment, secret=secret,
-                                allow_root=args.allow_root_runs)
+                                allow_root=args.allow_root_runs, keep=args.keep)
     except (NotebookFormatError, VariantError) as exc:
         raise _error(f"{args.source}: {exc}") from None
     except (SandboxUnavailable, RootRunsRefused) as exc:

@@ -5,8 +5,9 @@ One real grading run without bubblewrap (``gpumemlab grade --no-sandbox`` with a
 nobody can start: ``fixtures/classroom/nobody_python.py``), two submissions: an honest one, and a hostile one
 (right answers too) whose extra cell, through libc so that the in-kernel audit hook is not what
 stops it, reads the teacher's notebook, writes into the grades' folder, and forks a ``setsid``'d
-shell that would write a file 5 s later. What it managed goes into a world-writable drop box
-(in ``/dev/shm``: a run's allow-list leaves ``/tmp`` out).
+shell that would write a file 5 s later. What it managed goes into a drop box in its own
+folder, which the grader keeps (``--keep``): a run's allow-list leaves ``/tmp`` out, and its
+``/dev/shm`` is its own where root may mount (``isolation.space``).
 The course lives in a folder every user may traverse; the teacher's folder is 0700 and the
 grades' folder root's 0755, as the docs ask, so only the uid stands between them and the code.
 """
@@ -61,14 +62,15 @@ report = {{"ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
           "read_source": cread({source!r}),
           "forge": cwrite({out!r} + "/forged.txt", "x", 0o101),
           "append_grades": cwrite({out!r} + "/grades.csv", "x", 0o2001)}}
-script = b"echo $$ > {box}/leftover.pid; sleep 5; echo alive > {box}/late.txt"
+os.mkdir("box")
+script = b"echo $$ > box/leftover.pid; sleep 5; echo alive > box/late.txt"
 pid = held.fork()
 if pid == 0:
     libc.setsid()
     libc.execv(b"/bin/sh", (ctypes.c_char_p * 4)(b"sh", b"-c", script, None))
     libc._exit(0)
 report["forked"] = pid
-cwrite({box!r} + "/report.json", json.dumps(report), 0o1101)
+cwrite("box/report.json", json.dumps(report), 0o1101)
 print("report written")
 """
 
@@ -86,28 +88,26 @@ def course():
     try:
         os.chmod(tmp, 0o755)   # the course folder: every user may traverse it
         teacher, subs, out = (tmp / n for n in ("teacher", "submitted", "out"))
-        # /dev/shm: the one shared folder a run may still write (its allow-list has no /tmp)
-        box = Path(tempfile.mkdtemp(prefix="gml-nobody-box-", dir="/dev/shm"))
+        kept = tmp / "kept"   # the drop box: the hostile run's own folder, as the grader keeps it
+        box = kept / "hostile" / "submission" / "box"
         teacher.mkdir(mode=0o700)
         os.chmod(teacher, 0o700)
         source = teacher / "lab.ipynb"
         source.write_bytes(M.SOURCE.read_bytes())
         out.mkdir()
         (out / "grades.csv").write_text("an earlier gradebook\n")
-        os.chmod(box, 0o777)   # a drop box where the attack tells what it managed
         student = student_version(nbformat.read(str(source), as_version=4))
         right = M.answered(student, M.RIGHT)
         (subs / "honest").mkdir(parents=True)
         nbformat.write(right, str(subs / "honest" / "lab.ipynb"))
         (subs / "hostile").mkdir()
-        attack = ATTACK.format(source=str(source), out=str(out), box=str(box))
+        attack = ATTACK.format(source=str(source), out=str(out))
         nbformat.write(M.add_cell_after(right, "frag-answer", attack),
                        str(subs / "hostile" / "lab.ipynb"))
         yield {"tmp": tmp, "teacher": teacher, "subs": subs, "out": out, "box": box,
-               "source": source}
+               "source": source, "kept": kept}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(box, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,8 @@ def graded(course):
     proc = subprocess.run([python, "-m", "gpumemlab.cli", "grade", str(course["subs"]),
                            "--source", str(course["source"]),
                            "--out", str(course["out"] / "grades.csv"), "--no-sandbox",
-                           "--cell-timeout", "60", "--timeout", "200", "--workers", "2"],
+                           "--cell-timeout", "60", "--timeout", "200", "--workers", "2",
+                           "--keep", str(course["kept"])],
                           env=env, capture_output=True, text=True, timeout=600)
     return {"status": proc.returncode, "stderr": proc.stderr, "before": before,
             "after": _hash(course["teacher"])}
@@ -157,11 +158,14 @@ def test_the_setsid_process_left_behind_was_killed(course, graded):
     uid = json.loads((course["box"] / "report.json").read_text())["ids"][0]
     alive = status and "\nState:\tZ" not in status and f"\nUid:\t{uid}\t" in status
     assert not alive, status
-    # the shell would write late.txt 5 s after it started; wait past that and look
+    # the shell would write late.txt 5 s after it started, into its run's folder, gone by
+    # then: its pid is what tells, looked at again past that time
     wait = (course["box"] / "leftover.pid").stat().st_mtime + 7 - time.time()
     if wait > 0:
         time.sleep(wait)
-    assert not (course["box"] / "late.txt").exists()
+    assert not (course["box"] / "late.txt").exists()   # not before the run ended either
+    status = Path(f"/proc/{pid}/status").read_text() if Path(f"/proc/{pid}").exists() else ""
+    assert not (status and "\nState:\tZ" not in status and f"\nUid:\t{uid}\t" in status)
 
 
 def test_the_teacher_is_told_what_nobody_can_reach(course, graded):

@@ -10,6 +10,8 @@ to believe it is (the refusal is the root grader's rule).
 """
 import json
 import os
+import time
+from pathlib import Path
 
 import pytest
 
@@ -33,7 +35,7 @@ libc.close(fd)
 """
 
 
-def _tree(tmp_path, allow_root_runs: bool) -> dict:
+def _tree(tmp_path, allow_root_runs: bool, cell: str = None, answers=None) -> dict:
     root, marker = tmp_path / "autograder", tmp_path / "ran.txt"
     source_nb = nbformat.read(str(M.SOURCE), as_version=4)
     config = P._config(source_nb, "lab.ipynb", assignment="lab", cell_timeout=60, timeout=200,
@@ -43,8 +45,8 @@ def _tree(tmp_path, allow_root_runs: bool) -> dict:
     (root / "source" / CONFIG_NAME).write_text(json.dumps(config))
     (root / "source" / TEACHER_DIR / "lab.ipynb").write_bytes(M.SOURCE.read_bytes())
     (root / "submission").mkdir()
-    right = M.answered(student_version(source_nb), M.RIGHT)
-    nbformat.write(M.add_cell_after(right, "frag-answer", MARK.format(path=str(marker))),
+    right = M.answered(student_version(source_nb), answers or M.RIGHT)
+    nbformat.write(M.add_cell_after(right, "frag-answer", cell or MARK.format(path=str(marker))),
                    str(root / "submission" / "lab.ipynb"))
     return {"root": root, "marker": marker}
 
@@ -109,3 +111,61 @@ def test_the_image_check_stops_where_nothing_would_be_graded(tmp_path, no_bwrap_
     allowed = _tree(tmp_path / "allowed", allow_root_runs=True)
     assert R.check(allowed["root"]) == 0
     assert "notebooks run AS ROOT (--allow-root-runs" in capsys.readouterr().out
+
+
+# a daemon (forked twice, its own session: init's orphan) that waits for results.json and then
+# rewrites it with full marks, again and again for a minute
+DAEMON = """
+import ctypes
+libc = ctypes.CDLL(None)
+held = ctypes.PyDLL(None)
+pid = held.fork()
+if pid == 0:
+    libc.setsid()
+    if libc.fork() == 0:
+        libc.execv(b"/bin/sh", (ctypes.c_char_p * 4)(b"sh", b"-c", {script!r}.encode(), None))
+    libc._exit(0)
+libc.waitpid(pid, None, 0)
+import os, time
+for _ in range(200):   # until the daemon is up (the run could end before it starts)
+    if os.path.exists({pid_file!r}):
+        break
+    time.sleep(0.05)
+"""
+REWRITE = """
+echo $$ > {pid}
+i=0
+while [ $i -lt 600 ]; do
+  if [ -f {results} ] && ! grep -q rewritten {results}; then
+    sleep 0.2
+    printf '{{"score": 5.0, "output": "rewritten", "tests": []}}' > {results}.x
+    mv {results}.x {results}
+  fi
+  sleep 0.1; i=$((i+1))
+done
+"""
+
+
+def test_a_daemon_left_as_root_cannot_rewrite_the_results(tmp_path, no_bwrap_no_setpriv):
+    """Before: the daemon outlived the run and rewrote results.json to 5/5 (wrong answers,
+    0/5); now it is ended before results.json is written, which reads back as written."""
+    pid_file = tmp_path / "daemon.pid"
+    results = tmp_path / "autograder" / "results" / "results.json"
+    script = REWRITE.format(pid=pid_file, results=results)
+    tree = _tree(tmp_path, allow_root_runs=True, cell=DAEMON.format(script=script, pid_file=str(pid_file)),
+                 answers=M.WRONG)
+    try:
+        data = R.run(tree["root"])
+        assert pid_file.exists(), data["output"]
+        time.sleep(2)   # the daemon would have rewritten it by now
+        written = json.loads(results.read_text())
+        assert written == data and written["score"] == 0, written
+        daemon = int(pid_file.read_text())
+        assert not os.path.exists(f"/proc/{daemon}") or \
+            Path(f"/proc/{daemon}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    finally:
+        if pid_file.exists():
+            try:
+                os.kill(int(pid_file.read_text()), 9)
+            except OSError:
+                pass

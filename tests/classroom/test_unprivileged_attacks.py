@@ -11,8 +11,9 @@ the classmate's ``result.json``, read last week's ``grades.csv``, import the gra
 gpumemlab with ``python -I`` (the reference answers and the banks), list the banks' folder, and
 find a kernel listening on TCP (a classmate's iopub channel could be read), and
 leave a process whose main thread has exited (a zombie leader whose other thread writes a file
-45 s later, after the run). What each try got (its exit status) goes into a drop box in
-``/dev/shm``.
+45 s later, after the run). What each try got (its exit status) goes into a drop box in its
+own folder, which the grader keeps (``--keep``): ``/dev/shm`` is the run's own where the grader
+may mount (``isolation.space``), so it is no drop box any more.
 """
 import json
 import os
@@ -39,6 +40,7 @@ from gpumemlab.classroom.isolation import landlock, unprivileged  # noqa: E402
 pytestmark = pytest.mark.usefixtures("unprivileged_mode")
 
 SHELL = r'''
+mkdir -p {box}
 me=$(dirname "$PWD"); other=""; i=0
 while [ $i -lt 60 ]; do
   # the grader's temporary folder cannot be listed (the allow-list): the classmate's run
@@ -54,7 +56,7 @@ done
 echo "$other" > {box}/other.txt
 # a classmate's kernel on 127.0.0.1 could be read: iopub needs no key (sniff.py subscribes to
 # every TCP listener of another run's uid); its Unix sockets sit in its 0700 folder instead
-{python} {box}/sniff.py {box} > /dev/null 2>&1 &
+{python} "$PWD/sniff.py" {box} > /dev/null 2>&1 &
 ls {tmp} > /dev/null 2>&1; echo $? > {box}/list_tmp
 cat {planted} > /dev/null 2>&1; echo $? > {box}/read_planted
 cat {planted_tmp} > /dev/null 2>&1; echo $? > {box}/read_planted_tmp
@@ -121,18 +123,14 @@ def attacked():
     try:
         os.chmod(tmp, 0o755)
         teacher, subs, out, gtmp = (tmp / n for n in ("teacher", "submitted", "out", "tmp"))
-        # the drop box: in /dev/shm, the one shared folder a run may still write (/tmp not)
-        box = Path(tempfile.mkdtemp(prefix="gml-unpriv-box-", dir="/dev/shm"))
-        boxes.append(box)
+        kept = tmp / "kept"   # the drop box: the hostile run's own folder, as the grader keeps it
+        box = kept / "hostile" / "submission" / "box"
         teacher.mkdir(mode=0o700)
         out.mkdir(mode=0o755)    # last week's grades, in a folder as umask 022 makes it
         os.chmod(out, 0o755)
         (out / "grades.csv").write_text("student_id,score\nsomeone,3\n")
         (out / "feedback").mkdir(mode=0o755)
         os.chmod(out / "feedback", 0o755)
-        os.chmod(box, 0o777)
-        (box / "sniff.py").write_text(SNIFF)
-        os.chmod(box / "sniff.py", 0o644)
         gtmp.mkdir()
         os.chmod(gtmp, 0o755)
         # world-readable files the grader leaves in its temporary folder and in /tmp: DAC
@@ -153,7 +151,7 @@ def attacked():
         student = student_version(nbformat.read(str(source), as_version=4))
         right = M.answered(student, M.RIGHT)
         banks = unprivileged.installed_copies()[-1]
-        script = SHELL.format(tmp=gtmp, box=box, out=out, python=python, banks=banks,
+        script = SHELL.format(tmp=gtmp, box="$PWD/box", out=out, python=python, banks=banks,
                               planted=planted, planted_tmp=planted_tmp)
         (subs / "honest").mkdir(parents=True)
         nbformat.write(M.add_cell_after(right, "frag-answer", "import time\ntime.sleep(20)"),
@@ -161,13 +159,14 @@ def attacked():
         (subs / "hostile").mkdir()
         nbformat.write(M.add_cell_after(right, "frag-answer", CELL.format(script=script)),
                        str(subs / "hostile" / "lab.ipynb"))
+        (subs / "hostile" / "sniff.py").write_text(SNIFF)
         before = {p: _acl(p) for p in unprivileged.installed_copies()}
         env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg", GPUMEMLAB_HEADLESS="1",
                    TMPDIR=str(gtmp))
         proc = subprocess.run([python, "-m", "gpumemlab.cli", "grade", str(subs),
                                "--source", str(source), "--out", str(out / "grades.csv"),
                                "--no-sandbox", "--cell-timeout", "60", "--timeout", "200",
-                               "--workers", "2"],
+                               "--workers", "2", "--keep", str(kept)],
                               env=env, capture_output=True, text=True, timeout=600)
         yield {"proc": proc, "box": box, "out": out, "before": before,
                "landlock": landlock.abi() >= 1}

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .config import CONFIG_NAME, SECRET_PATH, TEACHER_DIR, ConfigError, \
     read_config
+from ..atomic import write_files   # imported before any submission runs
 from .results import NOT_YOUR_FAULT
 
 ROOT_ENV = "GPUMEMLAB_AUTOGRADER_ROOT"
@@ -208,15 +209,52 @@ def grade_submission(root: Path, started: float) -> dict:
 
 
 def write_results(path: Path, data: dict) -> None:
-    from ..atomic import write_files
+    """Atomically (a temporary name renamed), into a real folder, and read back to check:
+    the folder a link or something else is replaced by a 0700 folder first."""
+    text = json.dumps(data, indent=1, ensure_ascii=False)
+    folder = Path(path).parent
+    try:
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(folder)
+    except FileNotFoundError:
+        pass
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:   # left there as a folder, a link or a FIFO: not ours, replaced
+        st = os.lstat(path)
+        if stat.S_ISDIR(st.st_mode):
+            import shutil
 
-    write_files({path: json.dumps(data, indent=1, ensure_ascii=False)})
+            shutil.rmtree(path)
+        elif not stat.S_ISREG(st.st_mode):
+            os.unlink(path)
+    except FileNotFoundError:
+        pass
+    for _ in range(3):
+        write_files({path: text})
+        if _read_back(path) == text:
+            return
+    print(f"gpumemlab autograder: {path} did not read back as written")
+
+
+def _read_back(path: Path):
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read().decode("utf-8", "replace") if stat.S_ISREG(os.fstat(fd).st_mode) \
+            else None
 
 
 def run(root: Path) -> dict:
-    """Grade and write ``results/results.json``; never raises. -> the results written."""
+    """Grade and write ``results/results.json``; never raises. -> the results written.
+    Every process started below the grader (a daemon a notebook run as root left, however
+    it detached) is ended first (``isolation.descendants``)."""
+    from ..isolation.descendants import become_subreaper, end_descendants
     from .results import failure
 
+    become_subreaper()   # before any of the submission's code: its orphans stay below us
     started = time.monotonic()
     try:
         data = grade_submission(root, started)
@@ -226,6 +264,9 @@ def run(root: Path) -> dict:
         traceback.print_exc(file=sys.stdout)
         data = failure(f"The autograder failed while grading ({type(exc).__name__}). "
                        f"{NOT_YOUR_FAULT}", time.monotonic() - started)
+    left = end_descendants()   # nothing of the submission may write the results after us
+    if left:
+        print(f"gpumemlab autograder: ended {left} process(es) the submission left running")
     write_results(root / "results" / "results.json", data)
     return data
 

@@ -33,6 +33,7 @@ INSIDE_HOME = "/home/student"
 INSIDE_IO = "/grader"
 INSIDE_KIT = "/opt/gpumemlab-kit"
 NOBODY = 65534
+KERNEL_PATH = "/usr/bin:/bin"  # every kernel's PATH, sandboxed or not: none of the grader's
 TMPFS_BYTES = 256 << 20        # each of /tmp and /dev/shm without a memory limit (confine)
 WRITABLE_IO = ("result.json", "executed.ipynb")   # the only files the sandbox writes outside
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -105,7 +106,7 @@ def bwrap_argv(home, io, kit, *, userns_fd=None, masks=(), seccomp_fd=None,
         if (Path(io) / name).is_file():
             argv += ["--bind", str(Path(io) / name), f"{INSIDE_IO}/{name}"]
     argv += ["--chdir", INSIDE_HOME]
-    for name, value in (("PATH", "/usr/bin:/bin"), ("LANG", "C.UTF-8"), ("HOME", INSIDE_HOME),
+    for name, value in (("PATH", KERNEL_PATH), ("LANG", "C.UTF-8"), ("HOME", INSIDE_HOME),
                         ("PYTHONPATH", INSIDE_KIT), ("PYTHONNOUSERSITE", "1")):
         argv += ["--setenv", name, value]
     return argv

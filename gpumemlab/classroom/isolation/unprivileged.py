@@ -27,8 +27,10 @@ and CAP_SETGID that Docker grants root by default. Then:
 What stays open without namespaces: the network; where the kernel has no Landlock
 (``landlock``), every file any user may read (the Python installation, world-readable files of
 the machine, ``/tmp``, and the teacher's folders when their modes allow it, which ``probe``
-reports); ``/dev/shm``; signals to processes of the same uid (none but the run's own). The run's
-temporary files go to a folder of its own (``private_env``), not to ``/tmp``. ``probe`` runs
+reports); ``/dev/shm`` where root may not mount (``space``: otherwise a private one, and the
+run's folders on a tmpfs of their own; else a watchdog bounds what the run writes); signals to
+processes of the same uid (none but the run's own). The run's temporary files go to a folder of
+its own (``private_env``), not to ``/tmp``. ``probe`` runs
 once per grading run; where ``setpriv`` is missing or fails, the caller runs nothing
 (``grade.RootRunsRefused``) unless the teacher allowed runs as root. In the texts a teacher or student reads, this user is "an unprivileged user"; the
 code calls the mode ``nobody``, the role it plays.
@@ -325,15 +327,15 @@ def _processes_of(uid: int, since: int = 0) -> list:
     return found
 
 
-def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
-    """Stop, then kill, every process of ``uid`` started since ``since``, until none is left
-    (a process may fork while the list is read). -> how many were killed."""
+def kill_until_none(find, rounds: int = 50, after=None) -> int:
+    """Stop, then kill, every process ``find()`` lists, until it lists none (a process may
+    fork while the list is read); ``after(pids)`` once a round. -> how many were killed."""
     killed = set()
     for _ in range(rounds):
-        pids = _processes_of(uid, since)
+        pids = find()
         if not pids:
             break
-        for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for sig in (signal.SIGSTOP, signal.SIGKILL):   # stopped first: none forks meanwhile
             for pid in pids:
                 try:
                     os.kill(pid, sig)
@@ -341,4 +343,12 @@ def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
                     pass
         killed.update(pids)
         time.sleep(0.01)   # let the kernel deliver the signals before looking again
+        if after is not None:
+            after(pids)
     return len(killed)
+
+
+def kill_leftovers(since: int, uid: int, rounds: int = 50) -> int:
+    """Stop, then kill, every process of ``uid`` started since ``since``, until none is left.
+    -> how many were killed."""
+    return kill_until_none(lambda: _processes_of(uid, since), rounds)
