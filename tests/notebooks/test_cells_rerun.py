@@ -27,7 +27,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 # The lessons checked (each costs three runs of it and a kernel: 20-60 s on two cores).
-RERUN_CHECKED = ("01", "02", "04", "05", "11")
+RERUN_CHECKED = ("00", "01", "02", "04", "05", "11", "12", "15")
 
 MARK = "RERUN-REVEAL "
 # Run in the kernel before the lesson: every reveal prints the value it was passed, raw.
