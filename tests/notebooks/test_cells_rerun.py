@@ -6,10 +6,10 @@ and a cell that drops something (``del``, ``reset()``) can run twice.
 
 The lesson runs headless top to bottom in one kernel, then every code cell runs again, last to
 first, then first to last; no run may raise, and every reveal must be handed the value it was
-handed in Run All. ``gml.predict.judge`` keeps the first value a kernel revealed, which hides a
-reveal that measures live state from the learner's verdict but not from a fresh kernel, where
-the same cell order would judge a different figure; so the test reads the value each reveal
-*passes*, before that memory. Lesson 11's cell 20 once raised IndexError on a second run
+handed in Run All. ``gml.predict.judge`` keeps the first value a kernel revealed, so within one
+kernel the verdict cannot change; but a reveal that reads live state still judges another figure
+in a kernel where the cells ran in another order, so the test reads the value each reveal is
+*passed*, before judge's memory. Lesson 11's cell 20 once raised IndexError on a second run
 (``live[2]`` of the list it had cleared), and its ``reset()`` cell PoolError; lesson 02's 02.p1
 reveal, after Run All, passed 4 GiB (the card as the last step left it) instead of 5.
 """
@@ -26,8 +26,11 @@ from lesson_runs import ROOT
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-# The lessons checked (each costs three runs of it and a kernel: 20-60 s on two cores).
-RERUN_CHECKED = ("00", "01", "02", "04", "05", "11", "12", "15")
+# The lessons checked: all but 03 and 13, whose cells are being reworked in changes of their
+# own (add them there). Each costs three runs of the lesson in one kernel: on the 2-core
+# development machine, shared, 10-50 s a lesson, 10 and 14 up to 140 s; about 10 min in all.
+RERUN_CHECKED = ("00", "01", "02", "04", "05", "06", "07", "08", "09", "10", "11", "12", "14",
+                 "15")
 
 MARK = "RERUN-REVEAL "
 # Run in the kernel before the lesson: every reveal prints the value it was passed, raw.
@@ -82,6 +85,7 @@ def rerun_errors(key, progress) -> list:
     return errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", RERUN_CHECKED)
 def test_every_cell_reruns_after_run_all_in_any_order(key, tmp_path):
     errors = rerun_errors(key, tmp_path / "progress.json")
