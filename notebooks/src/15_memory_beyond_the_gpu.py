@@ -94,6 +94,7 @@ for over in (16 * GiB + 1, 16 * GiB + 512 * MiB):
 gml.predict("15.p2", "The copy is still queued: where does the second staging buffer go?",
             choices=["the freed block", "a new block"])
 
+
 # %%
 def queued_copy():
     """A staging buffer freed while its copy to the card is still queued, then a second one
