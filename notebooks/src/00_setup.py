@@ -118,6 +118,7 @@ for name, dev in (("gpu", gpu), ("sim", sim)):
 # Here is the block map of `sim` after a second, larger allocation:
 
 # %%
+big = None                           # run again, this cell first frees the tensor it made before
 big = sim.empty(100 * gml.MiB)
 fig = gml.show(sim, title="sim after 1 B and 100 MiB")
 drawn = fig.gml_blockmap            # what was drawn, readable from code

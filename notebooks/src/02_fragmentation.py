@@ -37,16 +37,23 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 
 # %%
 GiB, MiB = gml.GiB, gml.MiB
-sim = gml.SimulatedGPU("8GiB", alloc_conf="")   # alloc_conf="": defaults, whatever the environment says
 
-warmup = sim.empty(7 * GiB)
-del warmup
-driver_free, total = sim.mem_get_info()
-print(f"reserved {gml.format_size(sim.memory_reserved())}, allocated "
-      f"{gml.format_size(sim.memory_allocated())}, driver free {gml.format_size(driver_free)}")
+def warm_card():
+    """Step 1 on a fresh card. Each step below starts from a fresh one like it, so that any
+    cell can run again after Run All and measure the state its own step makes."""
+    card = gml.SimulatedGPU("8GiB", alloc_conf="")   # alloc_conf="": defaults, whatever the environment says
+    warmup = card.empty(7 * GiB)
+    del warmup
+    return card
+
+sim = warm_card()
+step1 = {"reserved": sim.memory_reserved(), "allocated": sim.memory_allocated(),
+         "driver_free": sim.mem_get_info()[0]}
+print(f"reserved {gml.format_size(step1['reserved'])}, allocated "
+      f"{gml.format_size(step1['allocated'])}, driver free {gml.format_size(step1['driver_free'])}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert sim.memory_reserved() == 7 * GiB and sim.memory_allocated() == 0
+assert step1["reserved"] == 7 * GiB and step1["allocated"] == 0
 
 # %% [markdown]
 # ## Step 2: seven 1 GiB tensors carve up the cached segment
@@ -57,16 +64,19 @@ assert sim.memory_reserved() == 7 * GiB and sim.memory_allocated() == 0
 # Seven requests, zero `cudaMalloc` calls, seven blocks side by side in one segment.
 
 # %%
+sim = warm_card()                                 # step 1's card
 segments_before = sim.memory_stats()["num_device_alloc"]
 blocks = [sim.empty(GiB) for _ in range(7)]
 for i, t in enumerate(blocks):
     after = i and t.address == blocks[i - 1].address + blocks[i - 1].nbytes
     print(f"tensor {i}: address {t.address:#x}" + (f", right after tensor {i - 1}" if after else ""))
 del t   # the loop variable still refers to tensor 6: drop it, or tensor 6 would never be freed
+step2 = {"new_segments": sim.memory_stats()["num_device_alloc"] - segments_before,
+         "addresses": [b.address for b in blocks]}
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert sim.memory_stats()["num_device_alloc"] == segments_before   # no new segment
-assert all(b2.address - b1.address == GiB for b1, b2 in zip(blocks, blocks[1:]))
+assert step2["new_segments"] == 0   # no new segment
+assert all(b2 - b1 == GiB for b1, b2 in zip(step2["addresses"], step2["addresses"][1:]))
 
 # %% [markdown]
 # ## Step 3: free every other tensor
@@ -81,6 +91,8 @@ assert all(b2.address - b1.address == GiB for b1, b2 in zip(blocks, blocks[1:]))
 gml.predict("02.p1", "After freeing tensors 0, 2, 4 and 6: free memory in total (cached + driver)?")
 
 # %%
+sim = warm_card()                                 # steps 1 and 2 again
+blocks = [sim.empty(GiB) for _ in range(7)]
 for i in (0, 2, 4, 6):
     blocks[i] = None          # the last reference goes: freed, like `del tensor`
 driver_free, _ = sim.mem_get_info()
@@ -92,10 +104,11 @@ print(f"free in total        {gml.format_size(cached_free + driver_free)}")
 seg = sim.memory_snapshot()[0]
 print("the segment's blocks:", [f"{gml.format_size(b['size'])} {'used' if b['state'] == 'active_allocated' else 'free'}"
                                 for b in seg["blocks"]])
-gml.reveal("02.p1", cached_free + driver_free)
+step3 = {"cached_free": cached_free, "driver_free": driver_free}
+gml.reveal("02.p1", step3["cached_free"] + step3["driver_free"])
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert cached_free == 4 * GiB and driver_free == 1 * GiB
+assert step3 == {"cached_free": 4 * GiB, "driver_free": 1 * GiB}
 
 # %% [markdown]
 # The block map draws it. Grey blocks are free and cached, blue ones are allocated.
@@ -130,6 +143,10 @@ gml.predict("02.p2", "Does the 2 GiB request succeed?",
             choices=["yes, from the cache", "yes, with a new cudaMalloc", "no: out of memory"])
 
 # %%
+sim = warm_card()                                 # steps 1 to 3 again: the cards below read this one
+blocks = [sim.empty(GiB) for _ in range(7)]
+for i in (0, 2, 4, 6):
+    blocks[i] = None
 before = sim.memory_stats()["num_device_alloc"]
 try:
     x = sim.empty(2 * GiB)
@@ -165,11 +182,12 @@ assert stats["num_ooms"] == 1 and stats["num_alloc_retries"] == 1
 
 # %%
 fig = gml.show(sim, request=2 * GiB, title="8 GiB card, asked for 2 GiB")
-print(fig.gml_blockmap["request_text"])
+asked_2gib = fig.gml_blockmap["request_text"]
+print(asked_2gib)
 fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-_verdict = fig.gml_blockmap["request_text"]
+_verdict = asked_2gib
 assert "cudaMalloc(2.00 GiB) fails: the driver has 1024.00 MiB free" in _verdict
 assert "none here: every segment holds a live block" in _verdict and _verdict.endswith("raises OutOfMemoryError")
 
@@ -221,17 +239,22 @@ assert m["largest_request_bytes"] < 2 * GiB
 # request now succeeds from the cache, without any driver call.
 
 # %%
-blocks[1] = None
-seg = sim.memory_snapshot()[0]
+healed = warm_card()           # step 3's card again, on its own: `sim` keeps the failed request
+kept = [healed.empty(GiB) for _ in range(7)]
+for i in (0, 2, 4, 6):
+    kept[i] = None
+kept[1] = None                 # and now tensor 1, between the free 0 and 2
+seg = healed.memory_snapshot()[0]
 print("blocks now:", [f"{gml.format_size(b['size'])} {'used' if b['state'] == 'active_allocated' else 'free'}"
                       for b in seg["blocks"]])
-device_allocs = sim.memory_stats()["num_device_alloc"]
-x = sim.empty(2 * GiB)
+device_allocs = healed.memory_stats()["num_device_alloc"]
+x = healed.empty(2 * GiB)
+healed_new_segments = healed.memory_stats()["num_device_alloc"] - device_allocs
 print(f"2 GiB tensor at offset {gml.format_size(x.address - seg['address'])} of the segment; "
-      f"new cudaMalloc calls: {sim.memory_stats()['num_device_alloc'] - device_allocs}")
+      f"new cudaMalloc calls: {healed_new_segments}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert sim.memory_stats()["num_device_alloc"] == device_allocs
+assert healed_new_segments == 0
 
 # %% [markdown]
 # ## Memory over time
@@ -259,12 +282,12 @@ events = [e["action"] for e in p.history.events]
 k = max(i for i, a in enumerate(events[:events.index("oom")]) if a == "free_completed")
 p.goto(k)
 print(f"{p.description()}  (the trace has events 0 to {len(p) - 1})")
-m = p.metrics()
-print(f"free {m.formatted('free_bytes')} in {m['free_blocks']} blocks, largest {m.formatted('largest_free_block_bytes')}")
+at_k = p.metrics()
+print(f"free {at_k.formatted('free_bytes')} in {at_k['free_blocks']} blocks, largest {at_k.formatted('largest_free_block_bytes')}")
 p
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert m["largest_free_block_bytes"] == 1 * GiB and m["free_blocks"] == 4
+assert at_k["largest_free_block_bytes"] == 1 * GiB and at_k["free_blocks"] == 4
 
 # %% [markdown]
 # ## What helps

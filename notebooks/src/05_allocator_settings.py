@@ -73,9 +73,9 @@ def big_then_small_then_big(conf):
         outcome, live = "OOM", smalls
     return card, outcome, live                   # `live` keeps the tensors alive
 
-results, runs = {}, {}
+results, split_runs = {}, {}
 for conf in ("", "max_split_size_mb:512"):
-    card, outcome, live = runs[conf] = big_then_small_then_big(conf)
+    card, outcome, live = split_runs[conf] = big_then_small_then_big(conf)
     s = card.memory_stats()
     results[conf] = outcome
     print(f"{conf or 'defaults'}: second 1 GiB -> {outcome}; cudaMalloc calls {s['num_device_alloc']}, "
@@ -93,15 +93,15 @@ assert results == {"": "OOM", "max_split_size_mb:512": "ok"}
 
 # %%
 import matplotlib.pyplot as plt
-fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), layout="constrained")
-for ax, (conf, (card, outcome, live)) in zip(axes, runs.items()):
+fig, split_axes = plt.subplots(2, 1, figsize=(10, 5.2), layout="constrained")
+for ax, (conf, (card, outcome, live)) in zip(split_axes, split_runs.items()):
     gml.show(card, ax=ax, request=GiB if outcome == "OOM" else None,
              title=f"{conf or 'defaults'}: second 1 GiB {outcome}")
 plt.close(fig)
 fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-_caption = " ".join(axes[0].get_xlabel().split())      # the verdict under the defaults' map
+_caption = " ".join(split_axes[0].get_xlabel().split())      # the verdict under the defaults' map
 assert "cudaMalloc(1024.00 MiB) fails: the driver has" in _caption and "raises OutOfMemoryError" in _caption
 
 # %% [markdown]
@@ -167,47 +167,47 @@ def growing(conf, steps=30):
         del pair
     return card
 
-runs, gc_cards = {}, {}
+gc_runs, gc_cards = {}, {}
 for conf in ("", "garbage_collection_threshold:0.6"):
     card = gc_cards[conf] = growing(conf)
     s = card.memory_stats()
-    runs[conf] = s
+    gc_runs[conf] = s
     print(f"{conf or 'defaults':34}: OOM-path retries {s['num_alloc_retries']:2}, device-wide syncs "
           f"{s['num_sync_all_streams']:2}, cudaFree {s['num_device_free']:2}, peak reserved "
           f"{gml.format_size(card.max_memory_reserved())} (limit {gml.format_size(card.total_memory // 2)})")
-gml.reveal("05.p2", runs["garbage_collection_threshold:0.6"]["num_alloc_retries"])
+gml.reveal("05.p2", gc_runs["garbage_collection_threshold:0.6"]["num_alloc_retries"])
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert runs[""]["num_alloc_retries"] > 0
-assert runs["garbage_collection_threshold:0.6"]["num_alloc_retries"] == 0
-assert runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
+assert gc_runs[""]["num_alloc_retries"] > 0
+assert gc_runs["garbage_collection_threshold:0.6"]["num_alloc_retries"] == 0
+assert gc_runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 
 # %%
-fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
+gc_fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
                    labels=["defaults", "garbage_collection_threshold:0.6"])
 from gpumemlab.viz.memory_timeline import release_moments
-moments = {d["label"]: release_moments(d) for d in fig.gml_timeline}
+moments = {d["label"]: release_moments(d) for d in gc_fig.gml_timeline}
 for label, (rules, freed) in moments.items():
     print(f"{label:34}: {len(freed)} segments freed in {len(rules)} release moments (grey rules)")
 # the cap set_per_process_memory_fraction(0.5) puts on reserved memory, in each panel
 from gpumemlab.viz.memory_timeline import data_top
 from gpumemlab.viz.palette import unit_for
 limit = int(gc_cards[""].get_per_process_memory_fraction() * gc_cards[""].total_memory)
-unit, _ = unit_for(data_top(fig.gml_timeline))
-for panel in fig.axes:
+unit, _ = unit_for(data_top(gc_fig.gml_timeline))
+for panel in gc_fig.axes:
     panel.axhline(limit / unit, color="black", ls="--", lw=0.9, gid="fraction_limit",
                   label=f"limit: memory fraction {gc_cards[''].get_per_process_memory_fraction()} "
                         f"x {gml.format_size(gc_cards[''].total_memory)} = {gml.format_size(limit)}")
     panel.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
 print(f"dashed line: the limit, {gml.format_size(limit)}")
-fig
+gc_fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 _freed = [len(f) for _, f in moments.values()]
-assert _freed == [runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
+assert _freed == [gc_runs[c]["num_device_free"] for c in ("", "garbage_collection_threshold:0.6")]
 assert all(len(r) <= len(f) for r, f in moments.values())
-assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
-assert limit == 4 * GiB and all(any(l.get_gid() == "fraction_limit" for l in a.lines) for a in fig.axes)
+assert [d.get("x_unit") for d in gc_fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
+assert limit == 4 * GiB and all(any(l.get_gid() == "fraction_limit" for l in a.lines) for a in gc_fig.axes)
 
 # %% [markdown]
 # Both runs free the same number of segments (the `cudaFree` count above). A grey rule is not a
@@ -294,12 +294,12 @@ gml.reveal("05.p3", "lower" if peaks[1] < peaks[0] else "the same" if peaks[1] =
 assert cards["roundup_power2_divisions:4"].max_memory_reserved() < cards[""].max_memory_reserved()
 
 # %%
-fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
-                   labels=["defaults", "roundup_power2_divisions:4"])
-fig
+round_fig = gml.timeline([cards[""], cards["roundup_power2_divisions:4"]],
+                         labels=["defaults", "roundup_power2_divisions:4"])
+round_fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert [d.get("x_unit") for d in fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
+assert [d.get("x_unit") for d in round_fig.gml_timeline] == ["step", "step"]   # one x-axis in steps
 
 # %% [markdown]
 # Rounding trades a little internal waste for less fragmentation here: the numbers above show

@@ -145,24 +145,24 @@ for s in ("orca-pow2", "orca-oracle"):
 
 # %%
 HEADS, HEAD_DIM, BLOCK = 4, 32, 16
-cache = kv.PagedKVCache(num_blocks=32, block_size=BLOCK, num_heads=HEADS, head_dim=HEAD_DIM)
+chat_cache = kv.PagedKVCache(num_blocks=32, block_size=BLOCK, num_heads=HEADS, head_dim=HEAD_DIM)
 g = torch.Generator().manual_seed(0)
 lengths = {"chat-a": 5, "chat-b": 40, "chat-c": 17}
 contiguous = {}
 for seq, n in lengths.items():
     k = torch.randn(n, HEADS, HEAD_DIM, generator=g)
     v = torch.randn(n, HEADS, HEAD_DIM, generator=g)
-    cache.append(seq, k, v)
+    chat_cache.append(seq, k, v)
     contiguous[seq] = (k, v)
 for seq in lengths:
-    print(f"{seq}: {cache.seq_len(seq):3} tokens -> blocks {cache.block_table(seq)}")
-usage = cache.memory_usage()
-print({k: gml.format_size(v) for k, v in usage.items()})
+    print(f"{seq}: {chat_cache.seq_len(seq):3} tokens -> blocks {chat_cache.block_table(seq)}")
+chat_usage = chat_cache.memory_usage()
+print({k: gml.format_size(v) for k, v in chat_usage.items()})
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 # each sequence wastes at most one partly filled block
-assert usage["internal_fragmentation_bytes"] < len(lengths) * cache.block_nbytes
-assert usage["used_bytes"] == sum(-(-n // BLOCK) for n in lengths.values()) * cache.block_nbytes
+assert chat_usage["internal_fragmentation_bytes"] < len(lengths) * chat_cache.block_nbytes
+assert chat_usage["used_bytes"] == sum(-(-n // BLOCK) for n in lengths.values()) * chat_cache.block_nbytes
 
 # %% [markdown]
 # Attention reads K/V through the block tables (`kv.paged_attention`). It must give the same
@@ -172,7 +172,7 @@ assert usage["used_bytes"] == sum(-(-n // BLOCK) for n in lengths.values()) * ca
 import torch.nn.functional as F
 seqs = list(lengths)
 q = torch.randn(len(seqs), HEADS, HEAD_DIM, generator=g)          # one new token per sequence
-paged = kv.paged_attention(q, cache, seqs)
+paged = kv.paged_attention(q, chat_cache, seqs)
 differences = []
 for i, seq in enumerate(seqs):
     k, v = contiguous[seq]

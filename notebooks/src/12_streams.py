@@ -50,10 +50,11 @@ same = y.address == first
 print(f"x at {first:#x}; y at {y.address:#x}: {'the same address' if same else 'a new address'}")
 print(f"reserved {fmt(sim.memory_reserved())}, cudaMalloc calls {sim.memory_stats()['num_device_alloc']}")
 gml.reveal("12.p1", "the freed tensor's address" if same else "a new address")
+p1_mallocs = sim.memory_stats()["num_device_alloc"]   # kept: later cells name other cards `sim`
 y.free()
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert same and sim.memory_stats()["num_device_alloc"] == 1
+assert same and p1_mallocs == 1
 
 # %% [markdown]
 # The same block, at once, with no wait: the kernels that used `x` may not have run yet, but they
@@ -70,23 +71,25 @@ assert same and sim.memory_stats()["num_device_alloc"] == 1
 gml.predict("12.p2", "The side stream is still busy: reserved after the second 12 MiB request?")
 
 # %%
-sim = gml.SimulatedGPU("1GiB", alloc_conf="")
-side = sim.Stream()
-x = sim.empty(12 * MiB)
-first = x.address
-sim.record_stream(x, side)
-sim.launch(side)                     # work queued on the side stream: its events are not ready
+busy = gml.SimulatedGPU("1GiB", alloc_conf="")
+side = busy.Stream()
+x = busy.empty(12 * MiB)
+x_at = x.address
+busy.record_stream(x, side)
+busy.launch(side)                    # work queued on the side stream: its events are not ready
 x.free()
-states = [b["state"] for seg in sim.memory_snapshot() for b in seg["blocks"]]
+states = [b["state"] for seg in busy.memory_snapshot() for b in seg["blocks"]]
 print("after x.free():", states)
-y = sim.empty(12 * MiB)
-busy_reserved = sim.memory_reserved()
-print(f"y at {y.address:#x} ({'x' if y.address == first else 'not x'}'s address); "
-      f"reserved {fmt(busy_reserved)}, cudaMalloc calls {sim.memory_stats()['num_device_alloc']}")
+y = busy.empty(12 * MiB)
+y_moved = y.address != x_at
+busy_reserved = busy.memory_reserved()
+busy_snapshot = busy.snapshot()      # kept for the figure: the next cells move this card on
+print(f"y at {y.address:#x} ({'not x' if y_moved else 'x'}'s address); "
+      f"reserved {fmt(busy_reserved)}, cudaMalloc calls {busy.memory_stats()['num_device_alloc']}")
 gml.reveal("12.p2", busy_reserved)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert states == ["active_pending_free"] and y.address != first
+assert states == ["active_pending_free"] and y_moved
 assert busy_reserved == 2 * 12 * MiB
 
 # %% [markdown]
@@ -94,7 +97,7 @@ assert busy_reserved == 2 * 12 * MiB
 # `get_free_block` does not see it.
 
 # %%
-fig = gml.show(sim, title="x pending free (the side stream is busy), y in a new segment")
+fig = gml.show(busy_snapshot, title="x pending free (the side stream is busy), y in a new segment")
 fig
 
 # %% [markdown]
@@ -102,13 +105,15 @@ fig
 # `process_events` completes the event and frees the block, and the request after that finds it.
 
 # %%
-sim.synchronize()
-z = sim.empty(12 * MiB)
-print(f"after synchronize(): z at {z.address:#x} ({'x' if z.address == first else 'not x'}'s "
-      f"address); reserved {fmt(sim.memory_reserved())}")
+busy.synchronize()
+z = None                             # run again, this cell first frees the z it made before
+z = busy.empty(12 * MiB)
+synced = (z.address == x_at, busy.memory_reserved())
+print(f"after synchronize(): z at {z.address:#x} ({'x' if synced[0] else 'not x'}'s "
+      f"address); reserved {fmt(synced[1])}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert z.address == first and sim.memory_reserved() == busy_reserved
+assert synced == (True, busy_reserved)
 
 # %% [markdown]
 # ## 3 · Another stream, without `record_stream`
@@ -128,9 +133,10 @@ x.free()
 y = sim.empty(12 * MiB)
 print(f"y at {y.address:#x}: {'the same memory the side stream may still read' if y.address == first else 'new memory'}")
 print(f"side stream still busy: {side in sim.allocator.busy_streams}")
+unsafe = (y.address == first, side in sim.allocator.busy_streams)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert y.address == first and side in sim.allocator.busy_streams
+assert unsafe == (True, True)
 
 # %% [markdown]
 # Writing `y` now overwrites what the side stream reads: a silent data race, with no error and no
@@ -161,9 +167,10 @@ after = sim.memory_stats()
 print(f"after empty_cache(): reserved {fmt(sim.memory_reserved())}; device-wide syncs "
       f"{after['num_sync_all_streams'] - before['num_sync_all_streams']}, cudaFree calls "
       f"{after['num_device_free'] - before['num_device_free']}")
+released_reserved = sim.memory_reserved()
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert sim.memory_reserved() == 0
+assert released_reserved == 0
 assert after["num_sync_all_streams"] - before["num_sync_all_streams"] == 1
 assert after["num_device_free"] - before["num_device_free"] == 3
 

@@ -94,23 +94,31 @@ for over in (16 * GiB + 1, 16 * GiB + 512 * MiB):
 gml.predict("15.p2", "The copy is still queued: where does the second staging buffer go?",
             choices=["the freed block", "a new block"])
 
+
 # %%
-sim = gml.SimulatedGPU("8GiB", alloc_conf="", record_pinned_host_memory=True)
-staging = sim.pin(6 * MiB)
-on_card = sim.empty(6 * MiB)
-sim.copy_(on_card, staging, non_blocking=True)     # on_card.copy_(staging, non_blocking=True)
-first = staging.address
-staging.free()                                     # freed, but the copy has not run yet
-second = sim.pin(6 * MiB)
+def queued_copy():
+    """A staging buffer freed while its copy to the card is still queued, then a second one
+    pinned: (card, the first buffer's address, the second buffer, the card's tensor)."""
+    card = gml.SimulatedGPU("8GiB", alloc_conf="", record_pinned_host_memory=True)
+    staging = card.pin(6 * MiB)
+    on_card = card.empty(6 * MiB)
+    card.copy_(on_card, staging, non_blocking=True)    # on_card.copy_(staging, non_blocking=True)
+    first = staging.address
+    staging.free()                                     # freed, but the copy has not run yet
+    second = card.pin(6 * MiB)
+    return card, first, second, on_card
+
+copying, first, second, on_card = queued_copy()
 reused = second.address == first
+copy_allocs = copying.host_memory_stats()["num_host_alloc"]
+queued_snapshot = copying.snapshot()               # kept for the map: the cells below move on
 print(f"first staging block at {first:#x}; the second at {second.address:#x}: "
       f"{'the freed block' if reused else 'a new block'}")
-print(f"pinned now: {fmt(sim.host_pinned_bytes())}; cudaHostAlloc calls: "
-      f"{sim.host_memory_stats()['num_host_alloc']}")
+print(f"pinned now: {fmt(copying.host_pinned_bytes())}; cudaHostAlloc calls: {copy_allocs}")
 gml.reveal("15.p2", "the freed block" if reused else "a new block")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert not reused and sim.host_memory_stats()["num_host_alloc"] == 2
+assert not reused and copy_allocs == 2
 
 # %% [markdown]
 # The copy recorded an **event** on the stream against the host block
@@ -121,7 +129,7 @@ assert not reused and sim.host_memory_stats()["num_host_alloc"] == 2
 # bytes into what was asked for, rounding, blocks waiting for an event, and cached free blocks.
 
 # %%
-fig = gml.show(sim, host=True, title="before synchronize(): the first block awaits the copy")
+fig = gml.show(queued_snapshot, host=True, title="before synchronize(): the first block awaits the copy")
 before = fig.gml_host
 fig
 
@@ -135,13 +143,15 @@ print(f"before synchronize(): awaiting an event {fmt(before['awaiting_event_byte
 # pinned request runs `process_events` first, finds the block on its free list and takes it.
 
 # %%
-sim.synchronize()
-third = sim.pin(6 * MiB)
+copying, first, second, on_card = queued_copy()    # 15.p2's card again, so this cell can run twice
+copying.synchronize()
+third = copying.pin(6 * MiB)
+third_reuses = (third.address == first, copying.host_memory_stats()["num_host_alloc"])
 print(f"after synchronize(): the third buffer at {third.address:#x} "
-      f"({'the first block' if third.address == first else 'another block'}); cudaHostAlloc "
-      f"calls still {sim.host_memory_stats()['num_host_alloc']}")
+      f"({'the first block' if third_reuses[0] else 'another block'}); cudaHostAlloc "
+      f"calls still {third_reuses[1]}")
 second.free()
-fig = gml.show(sim, host=True, title="after synchronize(): nothing awaits an event")
+fig = gml.show(copying, host=True, title="after synchronize(): nothing awaits an event")
 after = fig.gml_host
 fig
 
@@ -149,13 +159,14 @@ fig
 print(f"after synchronize() and freeing the second: awaiting an event "
       f"{fmt(after['awaiting_event_bytes'])}, cached free {fmt(after['cached_free_bytes'])}, "
       f"still pinned {fmt(after['pinned_bytes'])}")
-sim.host_empty_cache()                             # torch.accelerator.empty_host_cache()
-print(f"after host_empty_cache(): pinned {fmt(sim.host_pinned_bytes())} (the third buffer is live)")
+copying.host_empty_cache()                         # torch.accelerator.empty_host_cache()
+pinned_left = copying.host_pinned_bytes()
+print(f"after host_empty_cache(): pinned {fmt(pinned_left)} (the third buffer is live)")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert third.address == first and sim.host_memory_stats()["num_host_alloc"] == 2
+assert third_reuses == (True, 2)
 assert before["awaiting_event_bytes"] == 8 * MiB and after["awaiting_event_bytes"] == 0
-assert after["cached_free_bytes"] == 8 * MiB and sim.host_pinned_bytes() == 8 * MiB
+assert after["cached_free_bytes"] == 8 * MiB and pinned_left == 8 * MiB
 
 # %% [markdown]
 # Cached pinned blocks stay pinned: the host allocator never gives them back on its own, not even
@@ -175,11 +186,12 @@ print(f"the 48 MiB pin: {failed or 'fitted'}")
 print(f"still pinned after the failure: {fmt(sim.host_pinned_bytes())} (the cached block)")
 sim.host_empty_cache()                             # torch.accelerator.empty_host_cache()
 retry = sim.pin(48 * MiB)
+retried_pinned = sim.host_pinned_bytes()
 print(f"after host_empty_cache(), the same pin: {fmt(retry.size)} pinned, "
-      f"{fmt(sim.host_pinned_bytes())} in all")
+      f"{fmt(retried_pinned)} in all")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert failed is not None and retry.size == 64 * MiB and sim.host_pinned_bytes() == 64 * MiB
+assert failed is not None and retry.size == 64 * MiB and retried_pinned == 64 * MiB
 
 # %% [markdown]
 #
