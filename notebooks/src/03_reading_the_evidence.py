@@ -201,9 +201,9 @@ assert set(by_function) == {"load_model", "forward", "optimizer_step"}
 # `set_memory_metadata` marks, the dashed line is what the allocator reserved.
 
 # %%
-fig = gml.timeline(snap, by="frame")
-bands = fig.gml_timeline["bands"]
-n_events = fig.gml_timeline["events"]
+timeline_fig = gml.timeline(snap, by="frame")
+bands = timeline_fig.gml_timeline["bands"]
+n_events = timeline_fig.gml_timeline["events"]
 alive_at_end = {}
 for band in bands:
     if band["end"] >= n_events:                      # still alive after the last event
@@ -211,14 +211,14 @@ for band in bands:
         alive_at_end[name] = alive_at_end.get(name, 0) + band["size"]
 for name, size in sorted(alive_at_end.items(), key=lambda kv: -kv[1]):
     print(f"{name:16} {gml.format_size(size):>12} alive at the end (as requested)")
-print(f"peak of the live bands: {gml.format_size(fig.gml_timeline['peak_allocated'])}, "
+print(f"peak of the live bands: {gml.format_size(timeline_fig.gml_timeline['peak_allocated'])}, "
       f"reserved at the end: {gml.format_size(card.memory_reserved())}")
-fig
+timeline_fig
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert set(alive_at_end) == set(by_function)
 assert max(alive_at_end, key=alive_at_end.get) == max(by_function, key=lambda n: by_function[n][1])
-assert [m[1] for m in fig.gml_timeline["marks"]] == ["step 0", "step 1", "step 2", "step 3"]
+assert [m[1] for m in timeline_fig.gml_timeline["marks"]] == ["step 0", "step 1", "step 2", "step 3"]
 
 # %% [markdown]
 # Read it from the bottom: the weights of `load_model` are the first layer and never move; the
