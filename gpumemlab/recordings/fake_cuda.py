@@ -21,7 +21,13 @@ process for this reason, and ``gml.capture(fake=True)`` falls back to fake tenso
 ``cpu`` counted as the GPU (``status()`` says which).
 
 Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) nothing is built or
-loaded: its own guard and hooks serve the fakes.
+loaded: its own guard and hooks serve the fakes. On such a build *without a CUDA device or driver*
+(``torch._C._cuda_getDeviceCount()`` is 0) fake CUDA tensors run forward (torch swaps in its
+``FakeGuardImpl``, ``torch._C._ensureCUDADeviceGuardSet``) but not backward: autograd's engine
+stashes each device's current stream (``GraphTask::stash_current_streams``) and asks torch's real
+CUDA hooks ``hasPrimaryContext(i)`` for the fake guard's 8 devices, which refuses every index on
+a machine with none. ``status()`` says so (``"backward": False``) and ``device="auto"`` takes
+fake CPU tensors there.
 """
 from __future__ import annotations
 
@@ -35,7 +41,8 @@ import sys
 
 from . import fake_cuda_cache
 
-__all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "FakeCudaUnavailable"]
+__all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "no_cuda_device",
+           "NO_BACKWARD", "FakeCudaUnavailable"]
 
 SOURCE = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -164,6 +171,25 @@ def cuda_build() -> bool:
     return False
 
 
+NO_BACKWARD = ("a CUDA build of torch without a CUDA driver or device runs fake CUDA tensors forward "
+               "but not backward (autograd asks the driver for each device's context): install "
+               "PyTorch's CPU wheel, where the kit's fake-CUDA library carries backward, or plan "
+               "in Python on fake CPU tensors (gml.plan(..., device='cpu'))")
+
+
+def no_cuda_device() -> bool:
+    """A CUDA build of torch on a machine with no CUDA device (or no driver)? Imports torch (which a
+    CUDA build allows at any time) and asks its own device count, which the kit's ``torch.cuda``
+    patches do not reach."""
+    if "none" not in _state:     # asked on every fake dispatch: once per process
+        if not cuda_build():
+            _state["none"] = False
+        else:
+            import torch
+            _state["none"] = torch._C._cuda_getDeviceCount() == 0
+    return _state["none"]
+
+
 def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
@@ -237,14 +263,19 @@ def preload() -> bool:
 
 
 def status() -> dict:
-    """``{"cuda": bool, "reason": str|None}``: can this process make fake CUDA tensors?"""
+    """``{"cuda": bool, "backward": bool, "reason": str|None}``: can this process make fake CUDA
+    tensors, and run autograd's backward on them?"""
+    if "torch" in sys.modules or _state["loaded"]:
+        if no_cuda_device():
+            return {"cuda": True, "backward": False, "reason": NO_BACKWARD}
     if _state["loaded"]:
-        return {"cuda": True, "reason": None, "cache": fake_cuda_cache.last_reason()}
+        return {"cuda": True, "backward": True, "reason": None, "cache": fake_cuda_cache.last_reason()}
     if "torch" in sys.modules:
         import torch
         if torch.backends.cuda.is_built():
-            return {"cuda": True, "reason": None}
-        return {"cuda": False, "reason": _state["reason"] or
+            return {"cuda": True, "backward": True, "reason": None}
+        return {"cuda": False, "backward": False, "reason": _state["reason"] or
                 "torch is CPU-only and the fake-CUDA library was not loaded before torch "
                 "(gpumemlab plan loads it in a fresh process)"}
-    return {"cuda": False, "reason": _state["reason"] or "not loaded yet (call preload())"}
+    return {"cuda": False, "backward": False,
+            "reason": _state["reason"] or "not loaded yet (call preload())"}

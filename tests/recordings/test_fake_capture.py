@@ -1,5 +1,7 @@
 """Fake-tensor capture: the same trace as a real CPU capture, exact model-state bytes, activations
 derived by hand, autocast and inference, and one clear line for a step fake tensors cannot run."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -127,9 +129,19 @@ def test_without_a_compiler_one_line_says_what_to_install(monkeypatch, tmp_path)
     from gpumemlab.recordings import fake_cuda
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))          # nothing built there yet
     monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: False)   # the CPU-only torch's path
     with pytest.raises(fake_cuda.FakeCudaUnavailable) as info:
         fake_cuda.build()
     assert "install" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_cuda_build_needs_no_compiler(monkeypatch, tmp_path):
+    from gpumemlab.recordings import fake_cuda
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: True)    # torch's own hooks serve
+    assert fake_cuda.build() is None
+    assert not os.listdir(tmp_path)                               # nothing written either
 
 
 def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
