@@ -39,7 +39,7 @@ import shutil
 import subprocess
 import sys
 
-from . import fake_cuda_cache
+from . import fake_cuda_cache, fake_cuda_nodriver
 
 __all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "no_cuda_device",
            "NO_BACKWARD", "FakeCudaUnavailable"]
@@ -150,7 +150,7 @@ def _cache_base() -> str:
 
 
 def _cache_dir() -> str:
-    key = hashlib.sha256((SOURCE + _torch_version() + sys.version).encode()).hexdigest()[:12]
+    key = hashlib.sha256((_source() + _torch_version() + sys.version).encode()).hexdigest()[:12]
     return os.path.join(_cache_base(), "gpumemlab", "fake_cuda", f"torch-{_torch_version()}-{key}")
 
 
@@ -177,6 +177,21 @@ NO_BACKWARD = ("a CUDA build of torch without a CUDA driver or device runs fake 
                "in Python on fake CPU tensors (gml.plan(..., device='cpu'))")
 
 
+def _driver_has_device() -> bool:
+    if "driver" not in _state:
+        _state["driver"] = fake_cuda_nodriver.device_count() > 0
+    return _state["driver"]
+
+
+def _needs_library() -> bool:
+    """A CPU-only torch needs the library; a CUDA build only where the driver sees no device."""
+    return not cuda_build() or not _driver_has_device()
+
+
+def _source() -> str:
+    return SOURCE if not cuda_build() else fake_cuda_nodriver.SOURCE
+
+
 def no_cuda_device() -> bool:
     """A CUDA build of torch on a machine with no CUDA device (or no driver)? Imports torch (which a
     CUDA build allows at any time) and asks its own device count, which the kit's ``torch.cuda``
@@ -196,10 +211,10 @@ def _compiler() -> str | None:
 
 def build(quiet: bool = True) -> str | None:
     """The path of a verified library, compiled if there is none (``fake_cuda_cache`` decides the
-    folder and checks the library's digest); None on a CUDA build of torch, which needs none (and
-    where loading one aborts). Runs the compiler in a child process (``cpp_extension`` needs torch
+    folder and checks the library's digest); None on a CUDA build of torch on a machine whose
+    driver sees a device, which needs none (without one, the hooks of ``fake_cuda_nodriver``). Runs the compiler in a child process (``cpp_extension`` needs torch
     imported, and this process may not want it)."""
-    if cuda_build():
+    if not _needs_library():
         return None
     if sys.platform != "linux":
         raise FakeCudaUnavailable(f"fake CUDA tensors are built for Linux only (this is {sys.platform})")
@@ -214,7 +229,7 @@ def build(quiet: bool = True) -> str | None:
     fake_cuda_cache.clear_library(folder)
     src = os.path.join(folder, f"{_NAME}.cpp")
     with open(src, "w", encoding="utf-8") as f:
-        f.write(SOURCE)
+        f.write(_source())
     env = dict(os.environ)
     try:   # the ninja wheel (a dependency) puts its binary beside the package, not on PATH
         import ninja
@@ -245,9 +260,8 @@ def preload() -> bool:
                 return True
             raise FakeCudaUnavailable("torch was imported before the fake-CUDA library could be "
                                       "loaded (it must come first)")
-        if cuda_build():
-            # torch's own CUDA hooks serve fake tensors; registering ours beside them aborts
-            # ("Key already registered with the same priority: CUDAHooks")
+        if not _needs_library():
+            # torch's own CUDA hooks serve fake tensors (a device is there)
             _state["loaded"] = True
             return True
         path = build()
@@ -255,6 +269,9 @@ def preload() -> bool:
         for name in ("libc10.so", "libtorch_cpu.so"):
             ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        if cuda_build():
+            _state["hooks"] = True
+            _import_torch_quietly()
     except (FakeCudaUnavailable, OSError) as exc:
         _state["reason"] = str(exc)
         return False
@@ -262,11 +279,28 @@ def preload() -> bool:
     return True
 
 
+def _import_torch_quietly() -> None:
+    """``import torch`` with the one line its hooks registry prints on meeting ours left out of
+    stderr (written to the file descriptor by C++, so it is caught there)."""
+    import tempfile
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            import torch  # noqa: F401
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        lines = tmp.read().decode("utf-8", "replace").splitlines(True)
+    sys.stderr.write("".join(x for x in lines if fake_cuda_nodriver.SKIPPED_LINE not in x))
+
+
 def status() -> dict:
     """``{"cuda": bool, "backward": bool, "reason": str|None}``: can this process make fake CUDA
     tensors, and run autograd's backward on them?"""
     if "torch" in sys.modules or _state["loaded"]:
-        if no_cuda_device():
+        if no_cuda_device() and not _state.get("hooks"):
             return {"cuda": True, "backward": False, "reason": NO_BACKWARD}
     if _state["loaded"]:
         return {"cuda": True, "backward": True, "reason": None, "cache": fake_cuda_cache.last_reason()}

@@ -140,8 +140,22 @@ def test_a_cuda_build_needs_no_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
     monkeypatch.setattr(fake_cuda, "cuda_build", lambda: True)    # torch's own hooks serve
+    monkeypatch.setitem(fake_cuda._state, "driver", True)         # where the driver sees a card
     assert fake_cuda.build() is None
     assert not os.listdir(tmp_path)                               # nothing written either
+
+
+def test_a_cuda_build_without_a_driver_wants_its_hooks_built(monkeypatch, tmp_path):
+    from gpumemlab.recordings import fake_cuda, fake_cuda_nodriver
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: True)
+    monkeypatch.setitem(fake_cuda._state, "driver", False)
+    with pytest.raises(fake_cuda.FakeCudaUnavailable) as info:
+        fake_cuda.build()
+    assert "install" in str(info.value)
+    assert fake_cuda._source() == fake_cuda_nodriver.SOURCE      # the hooks only, no guard
+    assert "REGISTRY_PREFERRED" in fake_cuda._source()
 
 
 def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
