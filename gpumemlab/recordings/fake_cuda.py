@@ -20,14 +20,14 @@ already imported torch, fake CUDA is out of reach: ``gpumemlab plan`` runs scrip
 process for this reason, and ``gml.capture(fake=True)`` falls back to fake tensors of device type
 ``cpu`` counted as the GPU (``status()`` says which).
 
-Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) nothing is built or
-loaded: its own guard and hooks serve the fakes. On such a build *without a CUDA device or driver*
-(``torch._C._cuda_getDeviceCount()`` is 0) fake CUDA tensors run forward (torch swaps in its
-``FakeGuardImpl``, ``torch._C._ensureCUDADeviceGuardSet``) but not backward: autograd's engine
-stashes each device's current stream (``GraphTask::stash_current_streams``) and asks torch's real
-CUDA hooks ``hasPrimaryContext(i)`` for the fake guard's 8 devices, which refuses every index on
-a machine with none. ``status()`` says so (``"backward": False``) and ``device="auto"`` takes
-fake CPU tensors there.
+Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) and the driver sees a
+device, nothing is built or loaded: its own guard and hooks serve the fakes. On such a build
+*without a CUDA driver or device* torch's own ``FakeGuardImpl`` carries fake CUDA tensors forward,
+but autograd's backward asks the CUDA hooks ``hasPrimaryContext`` for each device and torch's real
+hooks refuse every index: there ``preload()`` builds and loads ``fake_cuda_nodriver.SOURCE``
+instead (CUDA hooks only, registered at a priority that wins over torch's own). In a process that
+imported torch first, ``status()`` says ``"backward": False`` there and ``device="auto"`` takes
+fake CPU tensors.
 """
 from __future__ import annotations
 
