@@ -94,25 +94,8 @@ struct GmlFakeCUDAHooks : public CUDAHooksInterface {
 C10_REGISTER_CLASS(CUDAHooksRegistry, CUDAHooks, GmlFakeCUDAHooks);
 }  // namespace at
 
-// scaled_dot_product_attention picks its CUDA kernel through a dispatch stub that a CPU-only torch
-// leaves empty (it would fall back to the math path, scores materialized). This picks as a card of
-// sm80 or newer does for the common cases, honouring torch.backends.cuda's enable_*_sdp switches:
-// flash (fp16/bf16, no mask, head dim a multiple of 8 up to 256), else memory-efficient (head dim
-// a multiple of 8), else math. Values of sdp::SDPBackend: math 0, flash 1, efficient 2.
+""" + fake_cuda_nodriver.SDP_CHOICE + r"""
 namespace {
-int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const std::optional<at::Tensor>& mask, double, bool,
-                       std::optional<double>, bool) {
-  auto& ctx = at::globalContext();
-  bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
-  int64_t d = q.dim() == 4 ? q.size(-1) : -1;
-  bool same = k.dim() == 4 && v.dim() == 4 && k.size(-1) == d && v.size(-1) == d;
-  if (ctx.userEnabledFlashSDP() && half && !mask.has_value() && same && d % 8 == 0 && d <= 256)
-    return 1;
-  if (ctx.userEnabledMemEfficientSDP() && d > 0 && d % 8 == 0 && k.dim() == 4 && v.dim() == 4)
-    return 2;
-  return 0;
-}
 struct GmlSdpChoice {
   GmlSdpChoice() { at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&gml_sdp_choice); }
 } gml_sdp_choice_registered;
@@ -272,6 +255,7 @@ def preload() -> bool:
         if cuda_build():
             _state["hooks"] = True
             _import_torch_quietly()
+            ctypes.CDLL(path).gml_take_sdp_choice()
     except (FakeCudaUnavailable, OSError) as exc:
         _state["reason"] = str(exc)
         return False

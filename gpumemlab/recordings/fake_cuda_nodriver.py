@@ -22,10 +22,37 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["SOURCE", "device_count", "SKIPPED_LINE"]
+__all__ = ["SOURCE", "SDP_CHOICE", "device_count", "SKIPPED_LINE"]
+
+# shared with the CPU-only build's library (fake_cuda.SOURCE): gml_sdp_choice, in an anonymous namespace
+SDP_CHOICE = r"""
+// scaled_dot_product_attention picks its CUDA kernel through a dispatch stub that a CPU-only torch
+// leaves empty (it would fall back to the math path, scores materialized). This picks as a card of
+// sm80 or newer does for the common cases, honouring torch.backends.cuda's enable_*_sdp switches:
+// flash (fp16/bf16, no mask, head dim a multiple of 8 up to 256), else memory-efficient (head dim
+// a multiple of 8), else math. Values of sdp::SDPBackend: math 0, flash 1, efficient 2.
+namespace {
+int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const std::optional<at::Tensor>& mask, double, bool,
+                       std::optional<double>, bool) {
+  auto& ctx = at::globalContext();
+  bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
+  int64_t d = q.dim() == 4 ? q.size(-1) : -1;
+  bool same = k.dim() == 4 && v.dim() == 4 && k.size(-1) == d && v.size(-1) == d;
+  if (ctx.userEnabledFlashSDP() && half && !mask.has_value() && same && d % 8 == 0 && d <= 256)
+    return 1;
+  if (ctx.userEnabledMemEfficientSDP() && d > 0 && d % 8 == 0 && k.dim() == 4 && v.dim() == 4)
+    return 2;
+  return 0;
+}
+}  // namespace
+"""
 
 SOURCE = r"""
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/Context.h>
+#include <ATen/native/transformers/attention.h>
+""" + SDP_CHOICE + r"""
 
 namespace at {
 // "built, available, one device with its context": what autograd's engine asks before a backward
@@ -51,6 +78,12 @@ C10_REGISTER_CLASS_WITH_PRIORITY(CUDAHooksRegistry, CUDAHooks, c10::REGISTRY_PRE
 }  // namespace at
 
 extern "C" int gml_fake_cuda_built() { return at::detail::getCUDAHooks().hasPrimaryContext(0) ? 1 : 0; }
+
+// torch's own CUDA choice (registered when libtorch_cuda loads, after this library) reads the
+// real card's properties: called after import torch, this puts the kit's in its place
+extern "C" void gml_take_sdp_choice() {
+  at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&gml_sdp_choice);
+}
 """
 
 # what torch's registry prints when its own hooks meet ours (on stderr, during import torch)
