@@ -155,9 +155,9 @@ def cuda_build() -> bool:
 
 
 NO_BACKWARD = ("a CUDA build of torch without a CUDA driver or device runs fake CUDA tensors forward "
-               "but not backward (autograd asks the driver for each device's context): install "
-               "PyTorch's CPU wheel, where the kit's fake-CUDA library carries backward, or plan "
-               "in Python on fake CPU tensors (gml.plan(..., device='cpu'))")
+               "but not backward unless the kit's hooks library was loaded before torch (autograd "
+               "asks the CUDA hooks for each device's context): gpumemlab plan SCRIPT loads it in "
+               "a fresh process; in Python, plan on fake CPU tensors (gml.plan(..., device='cpu'))")
 
 
 def _driver_has_device() -> bool:

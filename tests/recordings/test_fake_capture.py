@@ -188,3 +188,19 @@ def test_a_session_can_be_entered_again_by_a_capture_inside_it():
         assert type(model.weight.grad).__name__ == "FakeTensor"
     assert torch.nn.init.trunc_normal_.__module__ == "torch.nn.init"   # patches undone
     assert rec.bytes_by_category()["gradient"] == 64 * 64 * 4 + 64 * 4
+
+
+def test_auto_takes_fake_cpu_where_backward_on_fake_cuda_stops(monkeypatch):
+    # a CUDA build without a driver, torch imported before the kit's hooks library (a notebook)
+    from gpumemlab.recordings import fake_cuda
+    monkeypatch.setattr(fake_cuda, "no_cuda_device", lambda: True)
+    monkeypatch.setitem(fake_cuda._state, "hooks", False)
+    status = fake_cuda.status()
+    assert status["cuda"] is True and status["backward"] is False
+    assert "gpumemlab plan" in status["reason"] and "device='cpu'" in status["reason"]
+    assert fake_tensors().device == "cpu"
+    assert fake_tensors("cuda").device == "cuda"     # forward-only use is still allowed
+    from gpumemlab.recordings.fake import explain
+    line = explain(RuntimeError("hasPrimaryContext expects a valid device index, but got "
+                                "device_index=0"))
+    assert "\n" not in line and fake_cuda.NO_BACKWARD in line
