@@ -8,7 +8,10 @@ and dying as on a real card. What the session adds around ``FakeTensorMode``:
 * ``device="cuda"``: fake CUDA tensors, which a CPU-only torch allows only with the fake-CUDA
   library loaded before torch (``fake_cuda.py``); ``torch.cuda.is_available`` and
   ``is_bf16_supported`` answer True inside, so ``torch.autocast("cuda")`` runs instead of
-  disabling itself. ``device="cpu"``: fake CPU tensors, counted as the GPU by the planner
+  disabling itself. On a CUDA build of torch without a driver the session sets torch's own fake
+  CUDA device guard, keeps ``avoid_device_init`` True (``honest_mode_class``) and turns cuDNN
+  off, and ``"auto"`` takes the CPU where backward would stop (``fake_cuda.status()``).
+  ``device="cpu"``: fake CPU tensors, counted as the GPU by the planner
   (labelled so: the CUDA and CPU kernels can differ, e.g. attention's backend, torch.optim's
   foreach path).
 * ``Module.to``/``.cuda()`` on fake parameters: torch swaps the Parameter objects

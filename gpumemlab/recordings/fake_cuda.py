@@ -272,12 +272,12 @@ def _import_torch_quietly() -> None:
         os.dup2(tmp.fileno(), 2)
         try:
             import torch  # noqa: F401
-        finally:
+        finally:   # what else torch printed comes back, even when the import failed
             os.dup2(saved, 2)
             os.close(saved)
-        tmp.seek(0)
-        lines = tmp.read().decode("utf-8", "replace").splitlines(True)
-    sys.stderr.write("".join(x for x in lines if fake_cuda_nodriver.SKIPPED_LINE not in x))
+            tmp.seek(0)
+            lines = tmp.read().decode("utf-8", "replace").splitlines(True)
+            sys.stderr.write("".join(x for x in lines if fake_cuda_nodriver.SKIPPED_LINE not in x))
 
 
 def status() -> dict:
