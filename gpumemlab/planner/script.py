@@ -122,7 +122,8 @@ def _fake_side(exc) -> bool:
             or type(exc).__name__ in ("DataDependentOutputException", "UnsupportedOperatorException",
                                       "DynamicOutputShapeException", "GuardOnDataDependentSymNode")
             or (isinstance(exc, NotImplementedError) and "backend" in msg)
-            or "FakeTensor" in msg or "fake tensor" in msg.lower())
+            or "FakeTensor" in msg or "fake tensor" in msg.lower()
+            or ("hasPrimaryContext" in msg and fake_cuda.no_cuda_device()))
 
 
 def _stopped_at(exc, script):

@@ -72,7 +72,9 @@ def _mode_class():
 
     aten = torch.ops.aten
 
-    class ScriptFakeMode(FakeTensorMode):
+    from gpumemlab.recordings.fake import honest_mode_class
+
+    class ScriptFakeMode(honest_mode_class(FakeTensorMode)):
         def __init__(self, alloc_conf=""):
             super().__init__(allow_non_fake_inputs=True)
             self.placeholder_reads = 0

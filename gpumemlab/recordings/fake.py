@@ -8,7 +8,10 @@ and dying as on a real card. What the session adds around ``FakeTensorMode``:
 * ``device="cuda"``: fake CUDA tensors, which a CPU-only torch allows only with the fake-CUDA
   library loaded before torch (``fake_cuda.py``); ``torch.cuda.is_available`` and
   ``is_bf16_supported`` answer True inside, so ``torch.autocast("cuda")`` runs instead of
-  disabling itself. ``device="cpu"``: fake CPU tensors, counted as the GPU by the planner
+  disabling itself. On a CUDA build of torch without a driver the session sets torch's own fake
+  CUDA device guard, keeps ``avoid_device_init`` True (``honest_mode_class``) and turns cuDNN
+  off, and ``"auto"`` takes the CPU where backward would stop (``fake_cuda.status()``).
+  ``device="cpu"``: fake CPU tensors, counted as the GPU by the planner
   (labelled so: the CUDA and CPU kernels can differ, e.g. attention's backend, torch.optim's
   foreach path).
 * ``Module.to``/``.cuda()`` on fake parameters: torch swaps the Parameter objects
@@ -42,17 +45,17 @@ class FakeSession:
     """A ``FakeTensorMode`` with the patches above; ``device`` is "cuda" or "cpu"."""
 
     def __init__(self, device: str = "auto", mode=None):
-        if device == "auto":
-            device = "cuda" if fake_cuda.status()["cuda"] else "cpu"
+        if device == "auto":   # a training step needs backward: no fake CUDA where it stops
+            status = fake_cuda.status()
+            device = "cuda" if status["cuda"] and status["backward"] else "cpu"
         if device not in ("cuda", "cpu"):
             raise ValueError(f"device must be 'cuda', 'cpu' or 'auto', not {device!r}")
         if device == "cuda" and not fake_cuda.status()["cuda"]:
             raise fake_cuda.FakeCudaUnavailable(
                 "fake CUDA tensors are not available in this process: "
                 f"{fake_cuda.status()['reason']}; use device='cpu' (counted as the GPU)")
-        from torch._subclasses.fake_tensor import FakeTensorMode
         self.device = device
-        self.mode = mode or FakeTensorMode(allow_non_fake_inputs=True)
+        self.mode = mode or honest_mode_class()(allow_non_fake_inputs=True)
         self._stacks = []   # one ExitStack per (possibly nested) enter
 
     @property
@@ -76,7 +79,15 @@ class FakeSession:
 
     def __enter__(self):
         import torch
+        if self.device == "cuda" and fake_cuda.no_cuda_device():
+            # torch's fake guard for CUDA (FakeTensorMode sets it only while is_available() says
+            # False, which the patches below and the planner's torch.cuda shim make it say True)
+            torch._C._ensureCUDADeviceGuardSet()
         stack = contextlib.ExitStack()
+        if self.device == "cuda" and fake_cuda.no_cuda_device():
+            # cuDNN's checks read the real devices' capabilities (none): RNNs take the fused-cell
+            # path, as on a CPU-only torch, whose meta kernels the planner registers
+            stack.enter_context(_cudnn_off())
         # the fake mode first: on a CUDA build without a driver torch's own no-op device guard
         # then carries .to("cuda") and forward before is_available is patched to say True
         stack.enter_context(self.mode)
@@ -96,6 +107,24 @@ class FakeSession:
         return self._stacks.pop().__exit__(*exc)
 
 
+def honest_mode_class(base=None):
+    """``FakeTensorMode`` (or ``base``, a subclass of it) whose ``avoid_device_init`` is True on a
+    CUDA build without a device, whatever ``torch.cuda.is_available`` says (a session patches it to
+    say True): else torch would copy a CPU constant to a real CUDA device on ``.to("cuda")``
+    (``_to_copy``'s constant propagation), which fails on a machine without a driver."""
+    if base is None:
+        from torch._subclasses.fake_tensor import FakeTensorMode as base
+    if base not in _HONEST:
+        def avoid_device_init(self, _base=base):
+            return True if fake_cuda.no_cuda_device() else _base.avoid_device_init.fget(self)
+        _HONEST[base] = type(base.__name__, (base,), {"avoid_device_init": property(avoid_device_init),
+                                                      "__module__": __name__})
+    return _HONEST[base]
+
+
+_HONEST = {}
+
+
 def fake_tensors(device: str = "auto", mode=None) -> FakeSession:
     """``with gml.fake_tensors("cuda") as fs:``: tensors made inside hold no memory."""
     return FakeSession(device, mode)
@@ -109,6 +138,17 @@ def _patched(owner, name, value):
         yield
     finally:
         setattr(owner, name, old)
+
+
+@contextlib.contextmanager
+def _cudnn_off():
+    import torch
+    old = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.enabled = old
 
 
 @contextlib.contextmanager
@@ -168,6 +208,8 @@ def explain(exc: BaseException) -> str:
         how = ("the step reads a tensor's value (.item(), .tolist(), a bool of a tensor, or an op "
                "whose output shape depends on data such as nonzero/masked_select/unique): move it "
                "out of the step, or give it a fixed size")
+    elif "hasPrimaryContext" in msg and fake_cuda.no_cuda_device():
+        how = fake_cuda.NO_BACKWARD
     elif name == "UnsupportedOperatorException" or "no fake" in msg.lower() or \
             "DynamicOutputShapeException" == name:
         how = ("this operator has no fake (meta) kernel in this torch: replace it in the step, or "

@@ -20,8 +20,14 @@ already imported torch, fake CUDA is out of reach: ``gpumemlab plan`` runs scrip
 process for this reason, and ``gml.capture(fake=True)`` falls back to fake tensors of device type
 ``cpu`` counted as the GPU (``status()`` says which).
 
-Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) nothing is built or
-loaded: its own guard and hooks serve the fakes.
+Where torch was built with CUDA (``torch/version.py``'s ``cuda`` is set) and the driver sees a
+device, nothing is built or loaded: its own guard and hooks serve the fakes. On such a build
+*without a CUDA driver or device* torch's own ``FakeGuardImpl`` carries fake CUDA tensors forward,
+but autograd's backward asks the CUDA hooks ``hasPrimaryContext`` for each device and torch's real
+hooks refuse every index: there ``preload()`` builds and loads ``fake_cuda_nodriver.SOURCE``
+instead (CUDA hooks only, registered at a priority that wins over torch's own). In a process that
+imported torch first, ``status()`` says ``"backward": False`` there and ``device="auto"`` takes
+fake CPU tensors.
 """
 from __future__ import annotations
 
@@ -33,9 +39,10 @@ import shutil
 import subprocess
 import sys
 
-from . import fake_cuda_cache
+from . import fake_cuda_cache, fake_cuda_nodriver
 
-__all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "FakeCudaUnavailable"]
+__all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "no_cuda_device",
+           "NO_BACKWARD", "FakeCudaUnavailable"]
 
 SOURCE = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -87,25 +94,8 @@ struct GmlFakeCUDAHooks : public CUDAHooksInterface {
 C10_REGISTER_CLASS(CUDAHooksRegistry, CUDAHooks, GmlFakeCUDAHooks);
 }  // namespace at
 
-// scaled_dot_product_attention picks its CUDA kernel through a dispatch stub that a CPU-only torch
-// leaves empty (it would fall back to the math path, scores materialized). This picks as a card of
-// sm80 or newer does for the common cases, honouring torch.backends.cuda's enable_*_sdp switches:
-// flash (fp16/bf16, no mask, head dim a multiple of 8 up to 256), else memory-efficient (head dim
-// a multiple of 8), else math. Values of sdp::SDPBackend: math 0, flash 1, efficient 2.
+""" + fake_cuda_nodriver.SDP_CHOICE + r"""
 namespace {
-int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const std::optional<at::Tensor>& mask, double, bool,
-                       std::optional<double>, bool) {
-  auto& ctx = at::globalContext();
-  bool half = q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16;
-  int64_t d = q.dim() == 4 ? q.size(-1) : -1;
-  bool same = k.dim() == 4 && v.dim() == 4 && k.size(-1) == d && v.size(-1) == d;
-  if (ctx.userEnabledFlashSDP() && half && !mask.has_value() && same && d % 8 == 0 && d <= 256)
-    return 1;
-  if (ctx.userEnabledMemEfficientSDP() && d > 0 && d % 8 == 0 && k.dim() == 4 && v.dim() == 4)
-    return 2;
-  return 0;
-}
 struct GmlSdpChoice {
   GmlSdpChoice() { at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&gml_sdp_choice); }
 } gml_sdp_choice_registered;
@@ -143,7 +133,7 @@ def _cache_base() -> str:
 
 
 def _cache_dir() -> str:
-    key = hashlib.sha256((SOURCE + _torch_version() + sys.version).encode()).hexdigest()[:12]
+    key = hashlib.sha256((_source() + _torch_version() + sys.version).encode()).hexdigest()[:12]
     return os.path.join(_cache_base(), "gpumemlab", "fake_cuda", f"torch-{_torch_version()}-{key}")
 
 
@@ -164,16 +154,50 @@ def cuda_build() -> bool:
     return False
 
 
+NO_BACKWARD = ("a CUDA build of torch without a CUDA driver or device runs fake CUDA tensors forward "
+               "but not backward unless the kit's hooks library was loaded before torch (autograd "
+               "asks the CUDA hooks for each device's context): gpumemlab plan SCRIPT loads it in "
+               "a fresh process; in Python, plan on fake CPU tensors (gml.plan(..., device='cpu'))")
+
+
+def _driver_has_device() -> bool:
+    if "driver" not in _state:
+        _state["driver"] = fake_cuda_nodriver.device_count() > 0
+    return _state["driver"]
+
+
+def _needs_library() -> bool:
+    """A CPU-only torch needs the library; a CUDA build only where the driver sees no device."""
+    return not cuda_build() or not _driver_has_device()
+
+
+def _source() -> str:
+    return SOURCE if not cuda_build() else fake_cuda_nodriver.SOURCE
+
+
+def no_cuda_device() -> bool:
+    """A CUDA build of torch on a machine with no CUDA device (or no driver)? Imports torch (which a
+    CUDA build allows at any time) and asks its own device count, which the kit's ``torch.cuda``
+    patches do not reach."""
+    if "none" not in _state:     # asked on every fake dispatch: once per process
+        if not cuda_build():
+            _state["none"] = False
+        else:
+            import torch
+            _state["none"] = torch._C._cuda_getDeviceCount() == 0
+    return _state["none"]
+
+
 def _compiler() -> str | None:
     return os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
 
 
 def build(quiet: bool = True) -> str | None:
     """The path of a verified library, compiled if there is none (``fake_cuda_cache`` decides the
-    folder and checks the library's digest); None on a CUDA build of torch, which needs none (and
-    where loading one aborts). Runs the compiler in a child process (``cpp_extension`` needs torch
+    folder and checks the library's digest); None on a CUDA build of torch on a machine whose
+    driver sees a device, which needs none (without one, the hooks of ``fake_cuda_nodriver``). Runs the compiler in a child process (``cpp_extension`` needs torch
     imported, and this process may not want it)."""
-    if cuda_build():
+    if not _needs_library():
         return None
     if sys.platform != "linux":
         raise FakeCudaUnavailable(f"fake CUDA tensors are built for Linux only (this is {sys.platform})")
@@ -188,7 +212,7 @@ def build(quiet: bool = True) -> str | None:
     fake_cuda_cache.clear_library(folder)
     src = os.path.join(folder, f"{_NAME}.cpp")
     with open(src, "w", encoding="utf-8") as f:
-        f.write(SOURCE)
+        f.write(_source())
     env = dict(os.environ)
     try:   # the ninja wheel (a dependency) puts its binary beside the package, not on PATH
         import ninja
@@ -219,9 +243,8 @@ def preload() -> bool:
                 return True
             raise FakeCudaUnavailable("torch was imported before the fake-CUDA library could be "
                                       "loaded (it must come first)")
-        if cuda_build():
-            # torch's own CUDA hooks serve fake tensors; registering ours beside them aborts
-            # ("Key already registered with the same priority: CUDAHooks")
+        if not _needs_library():
+            # torch's own CUDA hooks serve fake tensors (a device is there)
             _state["loaded"] = True
             return True
         path = build()
@@ -229,6 +252,10 @@ def preload() -> bool:
         for name in ("libc10.so", "libtorch_cpu.so"):
             ctypes.CDLL(os.path.join(lib, name), mode=ctypes.RTLD_GLOBAL)
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        if cuda_build():
+            _state["hooks"] = True
+            _import_torch_quietly()
+            ctypes.CDLL(path).gml_take_sdp_choice()
     except (FakeCudaUnavailable, OSError) as exc:
         _state["reason"] = str(exc)
         return False
@@ -236,15 +263,37 @@ def preload() -> bool:
     return True
 
 
+def _import_torch_quietly() -> None:
+    """``import torch`` with the one line its hooks registry prints on meeting ours left out of
+    stderr (written to the file descriptor by C++, so it is caught there)."""
+    import tempfile
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            import torch  # noqa: F401
+        finally:   # what else torch printed comes back, even when the import failed
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines = tmp.read().decode("utf-8", "replace").splitlines(True)
+            sys.stderr.write("".join(x for x in lines if fake_cuda_nodriver.SKIPPED_LINE not in x))
+
+
 def status() -> dict:
-    """``{"cuda": bool, "reason": str|None}``: can this process make fake CUDA tensors?"""
+    """``{"cuda": bool, "backward": bool, "reason": str|None}``: can this process make fake CUDA
+    tensors, and run autograd's backward on them?"""
+    if "torch" in sys.modules or _state["loaded"]:
+        if no_cuda_device() and not _state.get("hooks"):
+            return {"cuda": True, "backward": False, "reason": NO_BACKWARD}
     if _state["loaded"]:
-        return {"cuda": True, "reason": None, "cache": fake_cuda_cache.last_reason()}
+        return {"cuda": True, "backward": True, "reason": None, "cache": fake_cuda_cache.last_reason()}
     if "torch" in sys.modules:
         import torch
         if torch.backends.cuda.is_built():
-            return {"cuda": True, "reason": None}
-        return {"cuda": False, "reason": _state["reason"] or
+            return {"cuda": True, "backward": True, "reason": None}
+        return {"cuda": False, "backward": False, "reason": _state["reason"] or
                 "torch is CPU-only and the fake-CUDA library was not loaded before torch "
                 "(gpumemlab plan loads it in a fresh process)"}
-    return {"cuda": False, "reason": _state["reason"] or "not loaded yet (call preload())"}
+    return {"cuda": False, "backward": False,
+            "reason": _state["reason"] or "not loaded yet (call preload())"}

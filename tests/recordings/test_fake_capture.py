@@ -1,5 +1,7 @@
 """Fake-tensor capture: the same trace as a real CPU capture, exact model-state bytes, activations
 derived by hand, autocast and inference, and one clear line for a step fake tensors cannot run."""
+import os
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -127,9 +129,33 @@ def test_without_a_compiler_one_line_says_what_to_install(monkeypatch, tmp_path)
     from gpumemlab.recordings import fake_cuda
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))          # nothing built there yet
     monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: False)   # the CPU-only torch's path
     with pytest.raises(fake_cuda.FakeCudaUnavailable) as info:
         fake_cuda.build()
     assert "install" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_cuda_build_needs_no_compiler(monkeypatch, tmp_path):
+    from gpumemlab.recordings import fake_cuda
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: True)    # torch's own hooks serve
+    monkeypatch.setitem(fake_cuda._state, "driver", True)         # where the driver sees a card
+    assert fake_cuda.build() is None
+    assert not os.listdir(tmp_path)                               # nothing written either
+
+
+def test_a_cuda_build_without_a_driver_wants_its_hooks_built(monkeypatch, tmp_path):
+    from gpumemlab.recordings import fake_cuda, fake_cuda_nodriver
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    monkeypatch.setattr(fake_cuda, "cuda_build", lambda: True)
+    monkeypatch.setitem(fake_cuda._state, "driver", False)
+    with pytest.raises(fake_cuda.FakeCudaUnavailable) as info:
+        fake_cuda.build()
+    assert "install" in str(info.value)
+    assert fake_cuda._source() == fake_cuda_nodriver.SOURCE      # the hooks only, no guard
+    assert "REGISTRY_PREFERRED" in fake_cuda._source()
 
 
 def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
@@ -162,3 +188,19 @@ def test_a_session_can_be_entered_again_by_a_capture_inside_it():
         assert type(model.weight.grad).__name__ == "FakeTensor"
     assert torch.nn.init.trunc_normal_.__module__ == "torch.nn.init"   # patches undone
     assert rec.bytes_by_category()["gradient"] == 64 * 64 * 4 + 64 * 4
+
+
+def test_auto_takes_fake_cpu_where_backward_on_fake_cuda_stops(monkeypatch):
+    # a CUDA build without a driver, torch imported before the kit's hooks library (a notebook)
+    from gpumemlab.recordings import fake_cuda
+    monkeypatch.setattr(fake_cuda, "no_cuda_device", lambda: True)
+    monkeypatch.setitem(fake_cuda._state, "hooks", False)
+    status = fake_cuda.status()
+    assert status["cuda"] is True and status["backward"] is False
+    assert "gpumemlab plan" in status["reason"] and "device='cpu'" in status["reason"]
+    assert fake_tensors().device == "cpu"
+    assert fake_tensors("cuda").device == "cuda"     # forward-only use is still allowed
+    from gpumemlab.recordings.fake import explain
+    line = explain(RuntimeError("hasPrimaryContext expects a valid device index, but got "
+                                "device_index=0"))
+    assert "\n" not in line and fake_cuda.NO_BACKWARD in line
