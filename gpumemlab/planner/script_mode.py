@@ -213,6 +213,13 @@ def data_factories_on_cpu():
             return real_as_tensor(data, dtype=dtype, device=device)
         return real_as_tensor(data, dtype=dtype).to(device)
 
+    # TorchScript compiles a call to ``torch.tensor`` as the builtin ``aten::tensor``, found by
+    # the function's id; a stand-in it does not know it would try to compile as Python (and
+    # fail on ``*args``), as importing ``torch.distributed.optim`` does (its functional
+    # optimizers are TorchScript classes)
+    from torch.jit._builtins import _register_builtin
+    _register_builtin(tensor, "aten::tensor")
+    _register_builtin(as_tensor, "aten::as_tensor")
     torch.tensor, torch.as_tensor = tensor, as_tensor
     torch.Tensor.__getitem__ = getitem
     try:
