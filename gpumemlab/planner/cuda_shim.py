@@ -4,7 +4,8 @@ The queries profiling scripts make (``is_available``, ``device_count``, ``get_de
 ``get_device_properties``, ``synchronize``, ``memory_allocated``, ``max_memory_allocated``,
 ``memory_reserved``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
 ``mem_get_info``, ``memory_stats``, ``memory._record_memory_history``, ``memory._dump_snapshot``,
-``memory._snapshot``), timing events (``Event``: elapsed time 0, no kernels ran), NVTX ranges
+``memory._snapshot``), timing events (``Event``: the host's time
+between its records, no kernels ran), NVTX ranges
 (no-ops), the CUDA runtime's profiler switches (``cudart().cudaProfilerStart/Stop``,
 ``torch.cuda.profiler.start``/``stop``/``profile``: cudaSuccess, there is nothing to profile) and a DataLoader's pinning thread (the batch goes on unpinned) are replaced for the duration of ``cuda_shim(card)``, in both ``torch.cuda`` and
 ``torch.cuda.memory``, and restored after. Each memory answer first feeds the card everything the
@@ -13,6 +14,7 @@ capture recorded so far (``LiveCard.sync``).
 from __future__ import annotations
 
 import contextlib
+import time
 from types import SimpleNamespace
 
 __all__ = ["cuda_shim", "DEVICE_NAME"]
@@ -21,13 +23,16 @@ DEVICE_NAME = "gpumemlab simulated GPU"
 
 
 class _Event:
-    """``torch.cuda.Event``: nothing runs, so every interval is 0 ms."""
+    """``torch.cuda.Event``: no kernel runs, so there is no GPU time to measure; an interval is the
+    host's wall-clock time between the two ``record`` calls (what the step took on fake tensors,
+    as ``time.time()`` differences are), never 0 for two records, which scripts divide by
+    (throughput, speed-ups)."""
 
     def __init__(self, *args, **kwargs):
-        pass
+        self._at = None
 
     def record(self, *args, **kwargs):
-        pass
+        self._at = time.perf_counter()
 
     def synchronize(self):
         pass
@@ -39,7 +44,9 @@ class _Event:
         return True
 
     def elapsed_time(self, other):
-        return 0.0
+        if self._at is None or other._at is None:
+            return 0.0
+        return max((other._at - self._at) * 1000.0, 1e-6)
 
 
 class _Stream(_Event):
