@@ -15,7 +15,10 @@ script needs and a single planned step does not.
   of a tensor (``aten._local_scalar_dense``) have no value to give: the read answers 0 (0.0,
   ``False``), the value of "nothing unusual" for the reads scripts make (a loss to print, GradScaler's
   found-inf count, a non-finite check), and is counted (``placeholder_reads``) so the plan can say
-  that a script steering by values ran on made-up ones.
+  that a script steering by values ran on made-up ones. A comparison that returns a Python bool
+  (``torch.allclose``, ``torch.equal``: a script checking that checkpointing or compile gave the
+  same gradients) answers True, its "nothing unusual", counted the same way (``torch.equal`` of
+  different shapes is False: that needs no values).
 * **Kernels without a meta implementation in torch** get one here, following their CUDA source:
   ``_thnn_fused_gru_cell`` and its backward (aten/src/ATen/native/cuda/RNN.cu: workspace
   ``[batch, 5*hidden]``, gradients ``[batch, 3*hidden]``), which ``nn.GRU`` takes on CUDA without
@@ -81,6 +84,9 @@ def _mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func in _AGREE and any(isinstance(a, FakeTensor) for a in args[:2]):
+                self.placeholder_reads += 1
+                return func is not aten.equal.default or args[0].shape == args[1].shape
             if func is aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
                 self.placeholder_reads += 1
                 dtype = args[0].dtype
@@ -110,6 +116,7 @@ def _mode_class():
             return a
 
     _PIN = {aten._pin_memory.default}
+    _AGREE = {aten.allclose.default, aten.equal.default}
 
     def _real_cpu(func, args, kwargs):
         flat, _ = tree_flatten((args, kwargs))
