@@ -43,7 +43,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .offline import describe, offline
     from .plan import NOT_SEEN
 
-    from .script_mode import ScriptFakeMode, data_factories_on_cpu
+    from .script_mode import ScriptFakeMode, data_factories_on_cpu, formatted_scalars
     mode = ScriptFakeMode(alloc_conf)
     fs = fake_tensors("cuda", mode=mode)
     capability, workspace = ARCH[arch]
@@ -61,7 +61,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     compiled, refused = {"calls": 0}, []
     try:
         with offline() as refused, cuda_shim(card, capability), checkpoints(), \
-                eager_compile() as compiled, data_factories_on_cpu(), rec:
+                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

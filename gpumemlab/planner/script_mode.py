@@ -32,7 +32,7 @@ from .host_ledger import HostLedger
 import contextlib
 import math
 
-__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu"]
+__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu", "formatted_scalars"]
 
 REAL_CPU_LIMIT = 64 << 20
 
@@ -234,3 +234,25 @@ def data_factories_on_cpu():
     finally:
         torch.tensor, torch.as_tensor = real_tensor, real_as_tensor
         torch.Tensor.__getitem__ = real_getitem
+
+
+@contextlib.contextmanager
+def formatted_scalars():
+    """``f"{loss:.4f}"`` of a 0-dim fake tensor: ``Tensor.__format__`` formats a 0-dim tensor's
+    ``item()`` only when its type is exactly ``Tensor``, so for a ``FakeTensor`` it fell to
+    ``object.__format__``, which refuses a format spec (TypeError: llm.c's train_gpt2.py prints its
+    gradient norm so). Here a 0-dim tensor of any type formats its ``item()``: a placeholder 0 for
+    a fake one, counted as a read."""
+    import torch
+    real_format = torch.Tensor.__format__
+
+    def format_(self, spec):
+        if spec and self.dim() == 0 and not self.is_meta:
+            return self.item().__format__(spec)
+        return real_format(self, spec)
+
+    torch.Tensor.__format__ = format_
+    try:
+        yield
+    finally:
+        torch.Tensor.__format__ = real_format
