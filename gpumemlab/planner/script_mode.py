@@ -240,7 +240,7 @@ def data_factories_on_cpu():
 def formatted_scalars():
     """``f"{loss:.4f}"`` of a 0-dim fake tensor: ``Tensor.__format__`` formats a 0-dim tensor's
     ``item()`` only when its type is exactly ``Tensor``, so for a ``FakeTensor`` it fell to
-    ``object.__format__``, which refuses a format spec (TypeError: llm.c's train_gpt2.py prints its
+    ``object.__format__``, which refuses a format spec (TypeError: llm.c/train_gpt2.py prints its
     gradient norm so). Here a 0-dim tensor of any type formats its ``item()``: a placeholder 0 for
     a fake one, counted as a read."""
     import torch

@@ -1,6 +1,6 @@
 """A 0-dim fake tensor in an f-string with a format spec (``f"{loss:.4f}"``): torch formats the
 ``item()`` of a plain Tensor only, so a FakeTensor raised TypeError and stopped the plan (llm.c's
-train_gpt2.py prints its gradient norm so); now it formats the placeholder 0, counted as a read."""
+llm.c/train_gpt2.py prints its gradient norm so); now it formats the placeholder 0, counted as a read."""
 import json
 import os
 import subprocess

@@ -1,5 +1,5 @@
 """TorchScript under ``gpumemlab plan``: importing ``torch.distributed.optim`` (llm.c's
-train_gpt2.py does, for its ZeRO option) compiles TorchScript classes that call ``torch.tensor``,
+llm.c/train_gpt2.py does, for its ZeRO option) compiles TorchScript classes that call ``torch.tensor``,
 which the planner stands in for; TorchScript tried to compile the stand-in and stopped the script
 at its imports. Now both that import and a scripted function of the script's own plan."""
 import json
