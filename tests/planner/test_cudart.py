@@ -3,22 +3,14 @@ so a profiling script's ``cudart().cudaProfilerStart()`` (kevinstephano/simple_d
 calls ``torch.cuda.profiler.start()`` after its warm-up steps) stopped it with "'NoneType' object
 has no attribute 'cudaProfilerStart'", reported as the script's own error. The switches now
 answer cudaSuccess and the script plans to its end."""
-import json
-import os
-import subprocess
-import sys
 
+from .plan_run import plan_fixture
 
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(TESTS, "fixtures", "planner", "cudart_profiler.py")
 MiB = 1 << 20
 
 
 def test_the_profiler_switches_answer_and_the_script_plans(library):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
-    run = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "plan", "--json", SCRIPT],
-                         env=env, capture_output=True, text=True, timeout=300)
-    r = json.loads(run.stdout[run.stdout.index("{"):])
+    run, r, _ = plan_fixture("cudart_profiler.py")
     assert run.returncode == 0, r["error"]
     assert r["fits"] is True and "profiled" in run.stderr
     # at ``z = z + 1``: x, y, the old z and the new one (4 MiB each), and the cuBLAS workspace

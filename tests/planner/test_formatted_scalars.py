@@ -1,21 +1,12 @@
 """A 0-dim fake tensor in an f-string with a format spec (``f"{loss:.4f}"``): torch formats the
 ``item()`` of a plain Tensor only, so a FakeTensor raised TypeError and stopped the plan (llm.c's
 llm.c/train_gpt2.py prints its gradient norm so); now it formats the placeholder 0, counted as a read."""
-import json
-import os
-import subprocess
-import sys
 
-
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(TESTS, "fixtures", "planner", "formats_a_loss.py")
+from .plan_run import plan_fixture
 
 
 def test_a_formatted_loss_prints_the_placeholder(library):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
-    run = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "plan", "--json", SCRIPT],
-                         env=env, capture_output=True, text=True, timeout=300)
-    r = json.loads(run.stdout[run.stdout.index("{"):])
+    run, r, _ = plan_fixture("formats_a_loss.py")
     assert run.returncode == 0, r["error"]
     assert "loss 0.000000 | norm 0.0000 | shape (128, 128)" in run.stderr
     assert r["placeholder_reads"] >= 2

@@ -1,26 +1,13 @@
 """Under ``gpumemlab plan`` a script has no network: a download is refused at once (no wait for a
 lookup or a connection to time out) with the error an offline machine gives, and the plan says
 which download, that the planner runs offline, and the script's line that asked for it."""
-import json
 import os
-import subprocess
-import sys
 
-
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(TESTS, "fixtures", "planner")
-
-
-def _plan(name):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
-    script = os.path.join(FIXTURES, name)
-    run = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "plan", "--json", script],
-                         env=env, capture_output=True, text=True, timeout=120)
-    return run, json.loads(run.stdout[run.stdout.index("{"):]), script
+from .plan_run import plan_fixture as _plan
 
 
 def test_a_download_is_refused_and_named_with_the_scripts_line(library):
-    run, r, script = _plan("downloads_data.py")
+    run, r, script = _plan("downloads_data.py", timeout=120)
     assert run.returncode == 2 and r["fits"] is None
     assert r["error"] == ("the script tried to download https://data.example.org/cora.tgz; the "
                           "planner runs offline: give it local data at downloads_data.py:9 in "

@@ -2,21 +2,12 @@
 llm.c/train_gpt2.py does, for its ZeRO option) compiles TorchScript classes that call ``torch.tensor``,
 which the planner stands in for; TorchScript tried to compile the stand-in and stopped the script
 at its imports. Now both that import and a scripted function of the script's own plan."""
-import json
-import os
-import subprocess
-import sys
 
-
-TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPT = os.path.join(TESTS, "fixtures", "planner", "torchscript_import.py")
+from .plan_run import plan_fixture
 
 
 def test_torchscript_classes_and_functions_plan(library):
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(TESTS))
-    run = subprocess.run([sys.executable, "-m", "gpumemlab.cli", "plan", "--json", SCRIPT],
-                         env=env, capture_output=True, text=True, timeout=300)
-    r = json.loads(run.stdout[run.stdout.index("{"):])
+    run, r, _ = plan_fixture("torchscript_import.py")
     assert run.returncode == 0, r["error"]
     assert "shape (256, 256) cuda" in run.stderr
     # the input and the result (256 KiB each), and the scalar 2.0 made on the card (512 B)
