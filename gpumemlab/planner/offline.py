@@ -93,7 +93,13 @@ def offline():
 def describe(refused: list) -> str:
     """The plan's one line for a script that stopped after a refused download."""
     first = refused[0]
-    verb = "download" if "://" in first else "connect to"
+    host, _, port = first.rpartition(":")
+    if "://" in first:
+        verb = "download"
+    elif port in ("80", "443"):      # an HTTP(S) client that names no URL to audit (requests)
+        verb, first = "download from", f"{host} (port {port})"
+    else:
+        verb = "connect to"
     more = f" (and {len(set(refused)) - 1} more)" if len(set(refused)) > 1 else ""
     return (f"the script tried to {verb} {first}{more}; the planner runs offline: "
             f"give it local data")

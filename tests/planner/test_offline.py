@@ -33,3 +33,12 @@ def test_a_script_that_falls_back_to_its_own_data_plans_and_is_told(library):
     assert r["peak_allocated_bytes"] == 1024 * 1024 * 4
     notes = " ".join(n["what"] for n in r["not_seen"])
     assert "network refused (1 attempts, first http://data.example.org/tokens.bin)" in notes
+
+
+def test_an_https_connection_without_a_url_reads_as_a_download():
+    from gpumemlab.planner.offline import describe
+    assert describe(["linqs-data.soe.ucsc.edu:443"]).startswith(
+        "the script tried to download from linqs-data.soe.ucsc.edu (port 443); the planner runs "
+        "offline")
+    assert describe(["192.0.2.10:8080", "192.0.2.10:8080"]).startswith(
+        "the script tried to connect to 192.0.2.10:8080; the planner")
