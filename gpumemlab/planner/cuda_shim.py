@@ -4,14 +4,17 @@ The queries profiling scripts make (``is_available``, ``device_count``, ``get_de
 ``get_device_properties``, ``synchronize``, ``memory_allocated``, ``max_memory_allocated``,
 ``memory_reserved``, ``max_memory_reserved``, ``reset_peak_memory_stats``, ``empty_cache``,
 ``mem_get_info``, ``memory_stats``, ``memory._record_memory_history``, ``memory._dump_snapshot``,
-``memory._snapshot``), timing events (``Event``: elapsed time 0, no kernels ran) and NVTX ranges
-(no-ops) and a DataLoader's pinning thread (the batch goes on unpinned) are replaced for the duration of ``cuda_shim(card)``, in both ``torch.cuda`` and
+``memory._snapshot``), timing events (``Event``: the host's time
+between its records, no kernels ran), NVTX ranges
+(no-ops), the CUDA runtime's profiler switches (``cudart().cudaProfilerStart/Stop``,
+``torch.cuda.profiler.start``/``stop``/``profile``: cudaSuccess, there is nothing to profile) and a DataLoader's pinning thread (the batch goes on unpinned) are replaced for the duration of ``cuda_shim(card)``, in both ``torch.cuda`` and
 ``torch.cuda.memory``, and restored after. Each memory answer first feeds the card everything the
 capture recorded so far (``LiveCard.sync``).
 """
 from __future__ import annotations
 
 import contextlib
+import time
 from types import SimpleNamespace
 
 __all__ = ["cuda_shim", "DEVICE_NAME"]
@@ -20,13 +23,16 @@ DEVICE_NAME = "gpumemlab simulated GPU"
 
 
 class _Event:
-    """``torch.cuda.Event``: nothing runs, so every interval is 0 ms."""
+    """``torch.cuda.Event``: no kernel runs, so there is no GPU time to measure; an interval is the
+    host's wall-clock time between the two ``record`` calls (what the step took on fake tensors,
+    as ``time.time()`` differences are), never 0 for two records, which scripts divide by
+    (throughput, speed-ups)."""
 
     def __init__(self, *args, **kwargs):
-        pass
+        self._at = None
 
     def record(self, *args, **kwargs):
-        pass
+        self._at = time.perf_counter()
 
     def synchronize(self):
         pass
@@ -38,7 +44,9 @@ class _Event:
         return True
 
     def elapsed_time(self, other):
-        return 0.0
+        if self._at is None or other._at is None:
+            return 0.0
+        return max((other._at - self._at) * 1000.0, 1e-6)
 
 
 class _Stream(_Event):
@@ -58,6 +66,27 @@ class _Stream(_Event):
 @contextlib.contextmanager
 def _range(*args, **kwargs):
     yield
+
+
+class _CudaRuntime:
+    """``torch.cuda.cudart()``: a CPU-only torch has no CUDA runtime module (it returns None);
+    profiling scripts switch an external profiler (nsys, ncu) on after their warm-up steps, which
+    here has nothing to record, so each switch answers cudaSuccess (0)."""
+
+    class cudaError:                    # noqa: N801 (the runtime's name)
+        success = 0
+
+    def cudaProfilerStart(self):        # noqa: N802
+        return 0
+
+    def cudaProfilerStop(self):         # noqa: N802
+        return 0
+
+
+def _check_error(res):
+    """``torch.cuda.check_error`` against the stand-in runtime: 0 is success."""
+    if res != 0:
+        raise RuntimeError(f"CUDA error {res}")
 
 
 def _answers(card, capability=(8, 0)):
@@ -112,6 +141,7 @@ def _answers(card, capability=(8, 0)):
         "Event": _Event, "Stream": _Stream,
         "current_stream": lambda *a, **k: _Stream(), "default_stream": lambda *a, **k: _Stream(),
         "stream": lambda *a, **k: _range(),
+        "cudart": lambda: _RUNTIME, "check_error": _check_error,
     })
     return cuda, memory
 
@@ -129,6 +159,8 @@ def cuda_shim(card, capability=(8, 0)):
                                "range": _range, "mark": lambda *a, **k: None}))
     except ImportError:
         pass
+    import torch.cuda.profiler as profiler     # it bound cudart and check_error at its import
+    targets.append((profiler, {"cudart": lambda: _RUNTIME, "check_error": _check_error}))
     # a DataLoader(pin_memory=True) with workers pins in a thread of its own, where no dispatch
     # mode is active, so torch's page-locked allocator (CUDA's) would be asked for real: host
     # memory is not the card's, so the batch goes on unpinned
@@ -149,3 +181,4 @@ def cuda_shim(card, capability=(8, 0)):
 
 
 _MISSING = object()
+_RUNTIME = _CudaRuntime()

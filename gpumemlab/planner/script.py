@@ -40,9 +40,10 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .compile_eager import eager_compile
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
+    from .offline import describe, offline
     from .plan import NOT_SEEN
 
-    from .script_mode import ScriptFakeMode, data_factories_on_cpu
+    from .script_mode import ScriptFakeMode, data_factories_on_cpu, formatted_scalars
     mode = ScriptFakeMode(alloc_conf)
     fs = fake_tensors("cuda", mode=mode)
     capability, workspace = ARCH[arch]
@@ -57,16 +58,22 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     warnings.filterwarnings("ignore", message="PyTorch was compiled without cuDNN")
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
     status, error, stopped_at = 0, None, None
-    compiled = {"calls": 0}
+    compiled, refused = {"calls": 0}, []
     try:
-        with cuda_shim(card, capability), checkpoints(), eager_compile() as compiled, \
-                data_factories_on_cpu(), rec:
+        with offline() as refused, cuda_shim(card, capability), checkpoints(), \
+                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if status and refused:     # it gave up after a refused download: say so
+            stopped_at = _stopped_at(exc, script)
+            error = describe(refused) + _at(stopped_at)
     except Exception as exc:       # one line, and the script's frame where it stopped
         status, stopped_at = 1, _stopped_at(exc, script)
-        error = explain(exc) if _fake_side(exc) else _own_error(exc, stopped_at)
+        if refused:                # whatever it raised, the cause was the refused download
+            error = describe(refused) + _at(stopped_at)
+        else:
+            error = explain(exc) if _fake_side(exc) else _own_error(exc, stopped_at)
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
     peak_a, peak_r, window = card.window_figures()
@@ -81,6 +88,10 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
                          "estimate_bytes": None,
                          "how": "inductor's fused kernels usually hold fewer temporaries than the "
                                 "eager step planned here; its CUDA-graph pools are not seen"})
+    if refused and not error:
+        not_seen.append({"what": f"network refused ({len(refused)} attempts, first "
+                                 f"{refused[0]}): the script went on without it",
+                         "estimate_bytes": None, "how": "the planner runs offline"})
     if mode.placeholder_reads:
         not_seen.append({"what": f"values read from GPU tensors ({mode.placeholder_reads} reads: "
                                  f".item(), float(), bool())", "estimate_bytes": None,
@@ -102,6 +113,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         "whole_run_peak_reserved_bytes": card.peak[1], "window": window,
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
         "error": error, "placeholder_reads": mode.placeholder_reads,
+        "network_refused": list(dict.fromkeys(refused))[:10],
     }
 
 
@@ -138,10 +150,14 @@ def _stopped_at(exc, script):
     return None if f is None else {"file": f.filename, "line": f.lineno, "function": f.name}
 
 
+def _at(where) -> str:
+    return f" at {os.path.basename(where['file'])}:{where['line']} in {where['function']}" \
+        if where else ""
+
+
 def _own_error(exc, where) -> str:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    at = f" at {os.path.basename(where['file'])}:{where['line']} in {where['function']}" if where else ""
-    return f"the script raised {type(exc).__name__}: {msg[:240]}{at}"
+    return f"the script raised {type(exc).__name__}: {msg[:240]}{_at(where)}"
 
 
 def main(args: list) -> int:

@@ -15,7 +15,10 @@ script needs and a single planned step does not.
   of a tensor (``aten._local_scalar_dense``) have no value to give: the read answers 0 (0.0,
   ``False``), the value of "nothing unusual" for the reads scripts make (a loss to print, GradScaler's
   found-inf count, a non-finite check), and is counted (``placeholder_reads``) so the plan can say
-  that a script steering by values ran on made-up ones.
+  that a script steering by values ran on made-up ones. A comparison that returns a Python bool
+  (``torch.allclose``, ``torch.equal``: a script checking that checkpointing or compile gave the
+  same gradients) answers True, its "nothing unusual", counted the same way (``torch.equal`` of
+  different shapes is False: that needs no values).
 * **Kernels without a meta implementation in torch** get one here, following their CUDA source:
   ``_thnn_fused_gru_cell`` and its backward (aten/src/ATen/native/cuda/RNN.cu: workspace
   ``[batch, 5*hidden]``, gradients ``[batch, 3*hidden]``), which ``nn.GRU`` takes on CUDA without
@@ -29,7 +32,7 @@ from .host_ledger import HostLedger
 import contextlib
 import math
 
-__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu"]
+__all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu", "formatted_scalars"]
 
 REAL_CPU_LIMIT = 64 << 20
 
@@ -83,6 +86,9 @@ def _mode_class():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func in _AGREE and any(isinstance(a, FakeTensor) for a in args[:2]):
+                self.placeholder_reads += 1
+                return func is not aten.equal.default or args[0].shape == args[1].shape
             if func is aten._local_scalar_dense.default and isinstance(args[0], FakeTensor):
                 self.placeholder_reads += 1
                 dtype = args[0].dtype
@@ -112,6 +118,7 @@ def _mode_class():
             return a
 
     _PIN = {aten._pin_memory.default}
+    _AGREE = {aten.allclose.default, aten.equal.default}
 
     def _real_cpu(func, args, kwargs):
         flat, _ = tree_flatten((args, kwargs))
@@ -215,6 +222,13 @@ def data_factories_on_cpu():
             return real_as_tensor(data, dtype=dtype, device=device)
         return real_as_tensor(data, dtype=dtype).to(device)
 
+    # TorchScript compiles a call to ``torch.tensor`` as the builtin ``aten::tensor``, found by
+    # the function's id; a stand-in it does not know it would try to compile as Python (and
+    # fail on ``*args``), as importing ``torch.distributed.optim`` does (its functional
+    # optimizers are TorchScript classes)
+    from torch.jit._builtins import _register_builtin
+    _register_builtin(tensor, "aten::tensor")
+    _register_builtin(as_tensor, "aten::as_tensor")
     torch.tensor, torch.as_tensor = tensor, as_tensor
     torch.Tensor.__getitem__ = getitem
     try:
@@ -222,3 +236,25 @@ def data_factories_on_cpu():
     finally:
         torch.tensor, torch.as_tensor = real_tensor, real_as_tensor
         torch.Tensor.__getitem__ = real_getitem
+
+
+@contextlib.contextmanager
+def formatted_scalars():
+    """``f"{loss:.4f}"`` of a 0-dim fake tensor: ``Tensor.__format__`` formats a 0-dim tensor's
+    ``item()`` only when its type is exactly ``Tensor``, so for a ``FakeTensor`` it fell to
+    ``object.__format__``, which refuses a format spec (TypeError: llm.c/train_gpt2.py prints its
+    gradient norm so). Here a 0-dim tensor of any type formats its ``item()``: a placeholder 0 for
+    a fake one, counted as a read."""
+    import torch
+    real_format = torch.Tensor.__format__
+
+    def format_(self, spec):
+        if spec and self.dim() == 0 and not self.is_meta:
+            return self.item().__format__(spec)
+        return real_format(self, spec)
+
+    torch.Tensor.__format__ = format_
+    try:
+        yield
+    finally:
+        torch.Tensor.__format__ = real_format
