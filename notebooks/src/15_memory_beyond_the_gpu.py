@@ -136,21 +136,22 @@ print(f"before synchronize(): awaiting an event {fmt(before['awaiting_event_byte
 
 # %%
 sim.synchronize()
+calls_before = sim.host_memory_stats()["num_host_alloc"]
 third = sim.pin(6 * MiB)
 print(f"after synchronize(): the third buffer at {third.address:#x} "
       f"({'the first block' if third.address == first else 'another block'}); cudaHostAlloc "
-      f"calls still {sim.host_memory_stats()['num_host_alloc']}")
-second.free()
+      f"calls {calls_before} before it, {sim.host_memory_stats()['num_host_alloc']} after")
+third.free()                                       # this cell's own buffer: it can run again
 fig = gml.show(sim, host=True, title="after synchronize(): nothing awaits an event")
 after = fig.gml_host
 fig
 
 # %%
-print(f"after synchronize() and freeing the second: awaiting an event "
+print(f"after synchronize() and freeing the third: awaiting an event "
       f"{fmt(after['awaiting_event_bytes'])}, cached free {fmt(after['cached_free_bytes'])}, "
       f"still pinned {fmt(after['pinned_bytes'])}")
 sim.host_empty_cache()                             # torch.accelerator.empty_host_cache()
-print(f"after host_empty_cache(): pinned {fmt(sim.host_pinned_bytes())} (the third buffer is live)")
+print(f"after host_empty_cache(): pinned {fmt(sim.host_pinned_bytes())} (the second buffer is live)")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert third.address == first and sim.host_memory_stats()["num_host_alloc"] == 2
@@ -336,7 +337,9 @@ assert off["device_peak_reserved_bytes"] < runs["checkpoint"]["device_peak_reser
 # the layer work, with backward at twice a forward as the kit's model counts it) and keeps each
 # layer's input on the card. Offload pays in copies over the link and in pinned host memory,
 # rounded like any pinned request (one activation's block below). With the threshold below the
-# activation size the same step pins only what it moves:
+# activation size the same step pins only what it offloads, each activation at its exact size
+# (the table's "moved" is twice that: every activation goes out in forward and back in
+# backward):
 
 # %%
 print(f"one activation: {fmt(lesson.STEP_15['act_bytes'])} requested, "
@@ -347,6 +350,7 @@ print(f"offload with pinned_max_round_threshold_mb:16: host pinned {fmt(capped['
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["act_bytes"]
+assert 2 * capped["host_peak_bytes"] == off["moved_bytes"] == capped["moved_bytes"]
 
 # %% [markdown]
 # ## Exercise: the largest threshold that still fits the host
