@@ -88,8 +88,8 @@ def size_answer(answer, name: str = "the size") -> int:
 
 def whole_mib_answer(answer, name: str = "the answer") -> int:
     """``answer`` as a whole number of MiB (the unit of PyTorch's ``*_mb`` settings), in MiB: an
-    int, a float with no fraction (45.0), a bare number as text ("45") or a size with a unit
-    ("45 MiB", "45M"); anything else, or not a whole MiB, is AnswerShapeError."""
+    int, a float with no fraction (8.0), a bare number as text ("8") or a size with a unit
+    ("8 MiB", "8M"); anything else, or not a whole MiB, is AnswerShapeError."""
     if isinstance(answer, bool):
         raise AnswerShapeError(f"{name} is a bool, not a whole number of MiB")
     if isinstance(answer, float) and answer.is_integer():
@@ -102,8 +102,8 @@ def whole_mib_answer(answer, name: str = "the answer") -> int:
             raise AnswerShapeError(f"{name} is {exact(n)}, not a whole number of MiB")
         answer = n // MIB
     if not isinstance(answer, int) or not 0 <= answer < 1 << (INT_BITS - 20):  # bytes in 64 bits
-        raise AnswerShapeError(f"{name} is a whole number of MiB, 0 or more (45, 45.0 or "
-                               f"'45 MiB'), not {answer!r}"[:160])
+        raise AnswerShapeError(f"{name} is a whole number of MiB, 0 or more (N, N.0 "
+                               f"or 'N MiB'), not {answer!r}"[:160])
     return answer
 
 

@@ -26,6 +26,15 @@ RERUN_CHECKED = ("11",)
 
 def rerun_errors(key, progress) -> list:
     """'cell i (pass): error' for every code cell that raised when run again after Run All."""
+    def plan(code):
+        return (("Run All", code), ("again, last to first", code[::-1]),
+                ("again, first to last", code))
+    return run_errors(key, progress, plan)
+
+
+def run_errors(key, progress, plan) -> list:
+    """'cell i (pass): error' for every code cell that raised, the cells run in the passes
+    ``plan(code cell indices)`` gives: (name, cell indices) pairs, in one kernel."""
     path = next((ROOT / "notebooks").glob(f"{key}_*.ipynb"))
     nb = nbformat.read(path, as_version=4)
     env = {"GPUMEMLAB_HEADLESS": "1", "GPUMEMLAB_PROGRESS": str(progress),
@@ -39,8 +48,7 @@ def rerun_errors(key, progress) -> list:
         client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
                                          resources={"metadata": {"path": str(path.parent)}})
         with client.setup_kernel():
-            for name, order in (("Run All", code), ("again, last to first", code[::-1]),
-                                ("again, first to last", code)):
+            for name, order in plan(code):
                 for i in order:
                     cell = copy.deepcopy(nb.cells[i])
                     client.execute_cell(cell, i)
@@ -55,4 +63,15 @@ def rerun_errors(key, progress) -> list:
 @pytest.mark.parametrize("key", RERUN_CHECKED)
 def test_every_cell_reruns_after_run_all_in_any_order(key, tmp_path):
     errors = rerun_errors(key, tmp_path / "progress.json")
+    assert not errors, "\n".join(errors)
+
+
+def test_lesson15_pinned_copy_cell_reruns(tmp_path):
+    """Lesson 15's cell 17 (after synchronize(): a third buffer takes the first block) frees only
+    the buffer it pins, so it runs twice and its check still holds. It once freed the second
+    buffer, made in cell 11: run again, ValueError: double free."""
+    def plan(code):
+        return (("top to 17", [i for i in code if i <= 17]), ("17 twice more", [17, 17]),
+                ("then 18 and its check", [18, 19]))
+    errors = run_errors("15", tmp_path / "progress.json", plan)
     assert not errors, "\n".join(errors)
