@@ -81,7 +81,7 @@ def test_a_snapshot_with_pinned_memory_gets_the_host_figures_beside_the_device_v
     host = with_host.details["host"]
     assert (host["pinned_bytes"], host["blocks"]) == (32 * 2**20, 1)
     assert host["rounding_waste_bytes"] == 32 * 2**20 - int(20.4 * 2**20)
-    assert any(line.startswith("pinned host memory: 32.00 MiB in 1 blocks (requested 20.40 MiB,"
+    assert any(line.startswith("pinned host memory: 32.00 MiB in 1 block (requested 20.40 MiB,"
                                " rounding waste 11.60 MiB") for line in with_host.evidence)
     assert without.details["host"] is None
     assert not any("pinned host" in line for line in without.evidence)
