@@ -73,3 +73,19 @@ def test_one_colour_per_category_across_lessons():
     lesson10 = colours({"parameter": 900, "optimizer_state": 300, "activation": 10})
     for key in ("activation", "parameter"):
         assert lesson07[key] == lesson10[key] == CATEGORY_COLOURS[key]
+
+
+# The lessons whose printed text has been read for counts of one (add one once it reads right).
+PLURALS_CHECKED = ("11", "15")
+
+
+@pytest.mark.parametrize("key", PLURALS_CHECKED)
+def test_a_count_of_one_is_printed_singular(key, tmp_path_factory):
+    """No output says "1 segments", "1 pages" or "in 1 blocks". Lesson 11 once printed
+    "reserved 20.00 MiB in 1 segments" and "= 1 pages of 20 MiB"."""
+    cells, _, _ = executed(key, tmp_path_factory)
+    found = [f"cell {i}: {m.group(0)!r}" for i, c in enumerate(cells) if c.cell_type == "code"
+             for o in c.get("outputs", []) for text in [o.get("text", "") +
+                                                        str(o.get("data", {}).get("text/plain", ""))]
+             for m in re.finditer(r"(?<![\d.,])1 (segments|pages|blocks)\b", text)]
+    assert not found, "\n".join(found)
