@@ -15,6 +15,18 @@ _KIND_TITLE = {"fragmentation": "fragmentation", "exhaustion": "exhaustion (out 
                "not_pytorch_allocator": "not a PyTorch allocator OOM",
                None: "unknown (the input says too little)"}
 WIDTH = 100
+# a kind's title that depends on what raised it: the pinned host path is PyTorch's own allocator,
+# only not the GPU's caching one, so "not a PyTorch allocator OOM" would contradict its summary
+_FRAMEWORK_TITLE = {"pytorch_pinned_host": "PyTorch's pinned host allocator (host memory), not "
+                                           "the GPU's caching allocator"}
+
+
+def kind_title(d) -> str:
+    """The headline's words for ``d.kind``."""
+    framework = (d.details or {}).get("framework")
+    if d.kind == "not_pytorch_allocator" and framework in _FRAMEWORK_TITLE:
+        return _FRAMEWORK_TITLE[framework]
+    return _KIND_TITLE.get(d.kind, d.kind)
 
 
 def _size(n):
@@ -27,7 +39,7 @@ def _wrap(text, indent="  "):
 
 def to_text(d) -> str:
     """The report a terminal shows: verdict, figures, evidence, fixes, what the input cannot tell."""
-    out = [f"gpumemlab doctor: {d.source} ({d.mode})", f"kind: {_KIND_TITLE.get(d.kind, d.kind)}",
+    out = [f"gpumemlab doctor: {d.source} ({d.mode})", f"kind: {kind_title(d)}",
            _wrap(d.summary, "")]
     figures = [("requested", d.requested_bytes), ("card", d.total_bytes),
                ("driver free", d.free_bytes), ("allocated", d.allocated_bytes),

@@ -16,7 +16,7 @@ from gpumemlab.units import format_size
 from gpumemlab.viz.blockmap_groups import group_segments
 from gpumemlab.viz.palette import BLOCK_STYLE, LARGEST_FREE_EDGE, OKABE_ITO, REQUEST_COLOUR
 
-from .report import _KIND_TITLE
+from .report import kind_title
 from .report_bands import bands_svg
 
 __all__ = ["to_html"]
@@ -42,7 +42,7 @@ def _size(n):
 def to_html(d, fragment: bool = False) -> str:
     """The report page (``fragment=True``: the body only, for a notebook)."""
     parts = [f"<h1>gpumemlab doctor: {_e(d.source)}</h1>",
-             f"<p class='kind'>{_e(_KIND_TITLE.get(d.kind, d.kind))}</p>",
+             f"<p class='kind'>{_e(kind_title(d))}</p>",
              f"<p>{_e(d.summary)}</p>", _figures(d)]
     views = d.views or {}
     if views.get("segments"):

@@ -14,7 +14,7 @@ usual rule of thumb, so a recomputed forward is one third of a step's layer work
 from __future__ import annotations
 
 from gpumemlab.planner.offload import copy_ms
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import exercise, whole_mib_answer
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.allocator.host.rounding import power_of_2_ceil
 from gpumemlab.units import GiB, MiB, format_size
@@ -123,7 +123,7 @@ def offload_fits_host(threshold_mb) -> dict:
           f"{EX_HOST_15[:-3]} MiB. Give the largest pinned_max_round_threshold_mb (a whole number "
           "of MiB) under which the step runs without a host OOM: a smaller threshold also "
           "fits, but would stop rounding small buffers the cache reuses well.",
-          "a whole number of MiB (an int)",
+          "a whole number of MiB (N, N.0, 'N' or 'N MiB')",
           hints=("Which requests does the host allocator round: those at most the threshold, or "
                  "those above it? Section 3's table shows the rule at its edge.",
                  "Rounded, each activation takes the next power of two. Compare the layer count "
@@ -134,8 +134,7 @@ def offload_fits_host(threshold_mb) -> dict:
                  "side of the threshold must the activation fall, and how close can it be?"),
           stub=None)
 def _judge_15(answer):
-    if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
-        raise AnswerShapeError("the answer is a whole number of MiB, 0 or more")
+    answer = whole_mib_answer(answer)    # N, N.0, "N" and "N MiB" are one threshold
     run = offload_fits_host(answer)
     above = offload_fits_host(answer + 1)
     figures = {"host_peak_bytes": run["host_peak_bytes"], "oom": run["oom"],

@@ -151,7 +151,7 @@ def _judge_11(answer):
         return False, ("not every order that starts with another batch than 8 reserves more: "
                        "which first captures open a segment that largest first also opens?"), \
             figures
-    return False, (f"not yet: the {len(orders)} order(s) listed are not exactly the orders in "
+    return False, (f"the {len(orders)} order(s) listed are not exactly the orders in "
                    f"which the pool reserves more than {format_size(least)} (batch 8 first). The "
                    f"judge says no more than that, order by order: reason from the segment "
                    f"rules"), figures

@@ -1,7 +1,7 @@
 """The parts every lesson exercise is made of: ``LessonExercise`` (the task, the hint ladder, the
 stub the notebook ships, the judge), ``Verdict``, the ``exercise`` decorator that registers a judge,
 and ``plain`` (answers are plain JSON data); and the answer parsers judges share (``size_answer``,
-``sizes_answer``, ``alloc_conf_answer``, ``exact``). See ``lesson_exercises``
+``sizes_answer``, ``whole_mib_answer``, ``alloc_conf_answer``, ``exact``). See ``lesson_exercises``
 for the contract; the lessons' own exercises are in ``gpumemlab.lessons``.
 """
 from __future__ import annotations
@@ -13,11 +13,14 @@ from gpumemlab.units import format_size, parse_size
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of judging one answer: ``passed``, a message in words, and the figures."""
+    """The outcome of judging one answer: ``passed``, a message in words, and the figures.
+    ``counted`` is False for an answer of the wrong shape: it was never run, so it is no attempt
+    (as for the quizzes, docs/QUIZZES.md)."""
     exercise_id: str
     passed: bool
     message: str
     figures: dict = field(default_factory=dict)
+    counted: bool = True
 
     def to_dict(self) -> dict:
         return {"exercise_id": self.exercise_id, "passed": self.passed, "message": self.message,
@@ -52,6 +55,7 @@ def exercise(ex_id, title, task, expects, hints, stub):
 
 
 
+MIB = 1 << 20
 DEPTH_LIMIT, INT_BITS = 20, 64   # no exercise's answer is deeper, or needs larger integers
 
 
@@ -80,6 +84,27 @@ def size_answer(answer, name: str = "the size") -> int:
         return parse_size(answer, name=name)
     except (TypeError, ValueError) as exc:
         raise AnswerShapeError(str(exc)) from None
+
+
+def whole_mib_answer(answer, name: str = "the answer") -> int:
+    """``answer`` as a whole number of MiB (the unit of PyTorch's ``*_mb`` settings), in MiB: an
+    int, a float with no fraction (8.0), a bare number as text ("8") or a size with a unit
+    ("8 MiB", "8M"); anything else, or not a whole MiB, is AnswerShapeError."""
+    if isinstance(answer, bool):
+        raise AnswerShapeError(f"{name} is a bool, not a whole number of MiB")
+    if isinstance(answer, float) and answer.is_integer():
+        answer = int(answer)
+    elif isinstance(answer, str) and answer.strip().isdigit():
+        answer = int(answer.strip())
+    elif isinstance(answer, str):
+        n = size_answer(answer, name=name)
+        if n % MIB:
+            raise AnswerShapeError(f"{name} is {exact(n)}, not a whole number of MiB")
+        answer = n // MIB
+    if not isinstance(answer, int) or not 0 <= answer < 1 << (INT_BITS - 20):  # bytes in 64 bits
+        raise AnswerShapeError(f"{name} is a whole number of MiB, 0 or more (N, N.0 "
+                               f"or 'N MiB'), not {answer!r}"[:160])
+    return answer
 
 
 def sizes_answer(answer, count: int) -> list:

@@ -6,10 +6,12 @@
     gml.exercise.check("07.ex", lambda: 2 ** 5)  # or code that computes the answer
 
 A failed attempt shows one more hint from the exercise's ladder; attempts are kept in the progress
-file (``exercises``). An answer that raises (code passed as a function) or has the wrong shape
-prints the learner's error and the next hint; nothing raises into the lesson, so the notebook runs
-on. The stub the lesson ships is no attempt: checking it says "not tried yet" and records nothing,
-so running a lesson top to bottom spends none of the learner's attempts and shows no hint. ``assert_passes`` is for graded test cells; the classroom grader can instead send the plain
+file (``exercises``). An answer that raises (code passed as a function) prints the learner's error
+and the next hint; nothing raises into the lesson, so the notebook runs on. An answer of the wrong
+shape is not counted (as for the quizzes): one line says what shape is expected, and no hint. The
+stub the lesson ships is no attempt: checking it records nothing, and its line says where the
+learner stands ("not tried yet", the attempts so far, or solved), as the task's header does, so
+running a lesson top to bottom (again, after solving) spends no attempt and shows no hint. ``assert_passes`` is for graded test cells; the classroom grader can instead send the plain
 answer to ``lesson_exercises.judge_json`` outside the student's process.
 """
 from __future__ import annotations
@@ -39,12 +41,18 @@ class Exercises:
         """Print the task of ``exercise_id``."""
         print(self.text(exercise_id))
 
+    @staticmethod
+    def state(entry: dict) -> str:
+        """Where the learner stands on one exercise, in the words the header and the stub's line
+        share: "solved", "N attempt(s) so far" or "not tried yet"."""
+        attempts = entry.get("attempts", 0)
+        return ("solved" if entry.get("passed") else
+                f"{attempts} attempt{'s' if attempts != 1 else ''} so far" if attempts else
+                "not tried yet")
+
     def text(self, exercise_id: str) -> str:
         ex = get(exercise_id)
-        entry = self.progress().exercise(ex.id)
-        state = ("solved" if entry.get("passed") else
-                 f"{entry.get('attempts', 0)} attempt(s) so far" if entry.get("attempts") else
-                 "not tried yet")
+        state = self.state(self.progress().exercise(ex.id))
         return (f"Exercise {ex.id}: {ex.title} ({state})\n{ex.task}\n"
                 f"Answer: {ex.expects}. Check with gml.exercise.check({ex.id!r}, answer).")
 
@@ -63,10 +71,14 @@ class Exercises:
         exercise's own stub is no attempt: running the lesson top to bottom records nothing."""
         ex = get(exercise_id)
         if is_stub(ex, answer):
-            print(f"· {ex.id} not tried yet: the answer is still the stub the lesson ships "
-                  f"({ex.stub!r}); replace it with yours and run this cell again.")
+            print(f"· {ex.id} {self.state(self.progress().exercise(ex.id))}: the answer here is "
+                  f"the stub the lesson ships ({ex.stub!r}), so nothing is checked; put yours in "
+                  f"its place and run this cell again.")
             return
         verdict = self.verdict(ex.id, answer)
+        if not verdict.counted:   # a wrong shape is never run: no attempt, no hint
+            print(f"· {ex.id} not counted: {verdict.message}")
+            return
         entry = self.progress().record_exercise(ex.id, verdict.passed)
         print(self.feedback(ex, verdict, entry))
 

@@ -7,7 +7,7 @@ the notebook (``gml.exercise.check``) and in the classroom grader, which receive
 JSON from the student's sandbox and calls :func:`judge_json` in its own process. A judge returns a
 :class:`Verdict` with the measured figures that decided it; a malformed answer (a setting c10
 would refuse, a list with a missing name) becomes a failed verdict whose message says what was
-expected, never an exception. The exercises themselves belong to the lessons
+expected, never an exception, and is not counted as an attempt (``Verdict.counted``). The exercises themselves belong to the lessons
 (``gpumemlab.lessons``, one module per lesson), which register them here when imported: reach
 these functions through ``gpumemlab.lessons`` so that every lesson's exercise is known. Every
 right answer is found by running the simulator at judge time, not typed in.
@@ -40,7 +40,9 @@ def judge(ex_id: str, answer) -> Verdict:
     try:
         passed, message, figures = ex.judge(plain(answer))
     except AnswerShapeError as exc:
-        return Verdict(ex_id, False, f"{str(exc).rstrip('.')}. Expected {ex.expects}.")
+        # never run, so no attempt: the message is the one line saying what shape is expected
+        return Verdict(ex_id, False, f"{str(exc).rstrip('.')}. Expected {ex.expects}.",
+                       counted=False)
     except SimulatedOOM as exc:   # the answer asks the simulated card for more than it has
         said = ". ".join(str(exc).split(". ")[:2])[:160]   # "CUDA out of memory. Tried to ..."
         return Verdict(ex_id, False, f"the answer does not fit on the simulated card: {said}. "

@@ -24,6 +24,7 @@ from .blockmap_keys import keyed_colours, keyed_rects
 from .metrics import find_fit, segment_figures
 from .request_path import driver_room, request_verdict
 from .source import device_segments, device_trace, pick_device, read_source, settings_line
+from .words import count
 
 PANEL_RATIO = 8  # large segments more than 8x smaller than a panel's largest get their own panel
 MAX_LARGE_PANELS = 3
@@ -81,9 +82,10 @@ def show(source, ax=None, *, request=None, stream: int = 0, title=None, device=N
     figs = segment_figures(every, src.rules, stream=stream)
     head = "\n".join(textwrap.wrap(
         f"{name}: reserved {format_size(figs['reserved_bytes'])}, allocated "
-        f"{format_size(figs['allocated_bytes'])} in {len(every)} segments", 100) +
+        f"{format_size(figs['allocated_bytes'])} in {count(len(every), 'segment')}", 100) +
         textwrap.wrap(settings_line(src.settings), 100))
-    foot = (f"free cached {format_size(figs['free_bytes'])} in {figs['free_blocks']} blocks, "
+    foot = (f"free cached {format_size(figs['free_bytes'])} in "
+            f"{count(figs['free_blocks'], 'block')}, "
             f"largest {format_size(figs['largest_free_block_bytes'])} (external fragmentation "
             f"{100 * figs['external_fragmentation']:.1f}%); rounding waste "
             f"{format_size(figs['rounding_waste_bytes'])}")

@@ -19,6 +19,7 @@ from gpumemlab.units import format_size
 
 from .palette import BLOCK_STYLE, SEGMENT_EDGE, unit_for
 from .source import read_source
+from .words import count
 
 # the shares of a free list's bytes, in the order a row draws them
 SHARES = ("requested", "rounding waste", "awaiting event", "cached free")
@@ -83,7 +84,8 @@ def host_facts(snap: dict):
 
 def host_line(h: dict) -> str:
     """One line for ``host_facts``'s figures."""
-    return (f"pinned host memory: {format_size(h['pinned_bytes'])} in {h['blocks']} blocks "
+    return (f"pinned host memory: {format_size(h['pinned_bytes'])} in "
+            f"{count(h['blocks'], 'block')} "
             f"(requested {format_size(h['requested_bytes'])}, rounding waste "
             f"{format_size(h['rounding_waste_bytes'])}, awaiting a copy's event "
             f"{format_size(h['awaiting_event_bytes'])}, cached free "
@@ -137,7 +139,8 @@ def show_host(source, ax=None, *, title=None):
     ax.set_xlabel("share of the free list's pinned bytes")
     head = title or "pinned host memory by free list"
     ax.set_title("\n".join(textwrap.wrap(
-        f"{head}: {format_size(totals['pinned_bytes'])} pinned in {totals['blocks']} blocks, "
+        f"{head}: {format_size(totals['pinned_bytes'])} pinned in "
+        f"{count(totals['blocks'], 'block')}, "
         f"{format_size(totals['requested_bytes'])} requested, "
         f"{format_size(totals['rounding_waste_bytes'])} rounding waste", 90)), fontsize=10)
     from matplotlib.patches import Patch

@@ -15,6 +15,7 @@ from __future__ import annotations
 from gpumemlab.units import format_size
 from gpumemlab.viz.palette import BLOCK_STYLE, SEGMENT_EDGE, unit_for
 from .reservations import Reservations, page_size, reserved_span
+from .words import count
 
 UNMAPPED_EDGE = "#AAAAAA"
 
@@ -51,7 +52,7 @@ def page_map(source, events=None, *, labels=None, device=None):
         _draw_row(ax, state, base, extent, page, unit, mapped)
         fig.gml_pages.append({"event": k, "label": label, "page_bytes": page,
                               "mapped": mapped, "used": used})
-        ax.set_title(f"{label}: {sum(mapped)} of the {len(mapped)} pages drawn are mapped "
+        ax.set_title(f"{label}: {sum(mapped)} of the {count(len(mapped), 'page')} drawn are mapped "
                      f"({format_size(sum(mapped) * page)}), {sum(used)} hold tensors",
                      fontsize=9, loc="left")
     span = reserved_span(history.source.total_memory, pool)

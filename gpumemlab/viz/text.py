@@ -14,6 +14,7 @@ from .reservations import Reservations
 from .metrics import segment_figures
 from .blockmap_groups import group_segments
 from .source import device_segments, read_source
+from .words import count
 
 SMALL_PAGE_BYTES = 65536  # 32 characters for a 2 MiB small-pool segment
 LARGE_PAGE_BYTES = 2097152  # segsum-like pages for the large pool, doubled for huge segments
@@ -70,9 +71,10 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None,
             lines.append(f"  ... {left_out}")
     figures = segment_figures(segments, src.rules)
     lines.append(
-        f"{len(segments)} segments: reserved {format_size(figures['reserved_bytes'])}, "
+        f"{count(len(segments), 'segment')}: reserved {format_size(figures['reserved_bytes'])}, "
         f"allocated {format_size(figures['allocated_bytes'])}, free "
-        f"{format_size(figures['free_bytes'])} in {figures['free_blocks']} blocks (largest "
+        f"{format_size(figures['free_bytes'])} in {count(figures['free_blocks'], 'block')} "
+        f"(largest "
         f"{format_size(figures['largest_free_block_bytes'])}, external fragmentation "
         f"{100 * figures['external_fragmentation']:.1f}%)")
     lines.append(LEGEND)

@@ -33,6 +33,7 @@ print(gpu.describe())
 print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here, or GPUMEMLAB_DEVICE=sim)")
 GiB, MiB = gml.GiB, gml.MiB
 fmt = gml.format_size
+from gpumemlab.viz.words import count              # count(1, "segment") -> "1 segment"
 
 # %% [markdown]
 # ## 1 · The same tensors, two orders
@@ -57,8 +58,8 @@ orders = ([12, 4, 4], [4, 12, 4], [4, 4, 12])
 cards = {tuple(o): reserved_for(o) for o in orders}
 for o, card in cards.items():
     segs = card.memory_snapshot()
-    print(f"order {str(list(o)):12} MiB: reserved {fmt(card.memory_reserved()):>9} in {len(segs)} "
-          f"segments ({', '.join(fmt(s['total_size']) for s in segs)})")
+    print(f"order {str(list(o)):12} MiB: reserved {fmt(card.memory_reserved()):>9} in "
+          f"{count(len(segs), 'segment')} ({', '.join(fmt(s['total_size']) for s in segs)})")
 
 # %%
 gml.reveal("11.p1", cards[(12, 4, 4)].memory_reserved())
@@ -134,7 +135,7 @@ for i in range(6):
 maps = [e for e in es.snapshot()["device_traces"][0] if e["action"] == "segment_map"]
 for i, r in enumerate(steps):
     print(f"after tensor {i + 1} ({8 * (i + 1)} MiB live): reserved {fmt(r):>8} "
-          f"= {r // (20 * MiB)} pages of 20 MiB")
+          f"= {count(r // (20 * MiB), 'page')} of 20 MiB")
 print("segment_map calls:", [fmt(e["size"]) for e in maps])
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -204,7 +205,7 @@ for conf in ("", "expandable_segments:True"):
     devlog_reserved[conf] = card_d.memory_reserved()
     print(f"{conf or 'defaults':25}: reserved {fmt(after_small)} after the eight, "
           f"{fmt(card_d.memory_reserved())} after the four, for {fmt(card_d.memory_allocated())} live; "
-          f"{len(card_d.memory_snapshot())} segments, {card_d.memory_stats()['num_device_alloc']} "
+          f"{count(len(card_d.memory_snapshot()), 'segment')}, {card_d.memory_stats()['num_device_alloc']} "
           f"cudaMalloc/map calls")
 gml.reveal("11.p5", devlog_reserved[""])
 

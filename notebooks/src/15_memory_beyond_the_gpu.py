@@ -348,7 +348,9 @@ assert off["device_peak_reserved_bytes"] < runs["checkpoint"]["device_peak_reser
 # the layer work, with backward at twice a forward as the kit's model counts it) and keeps each
 # layer's input on the card. Offload pays in copies over the link and in pinned host memory,
 # rounded like any pinned request (one activation's block below). With the threshold below the
-# activation size the same step pins only what it moves:
+# activation size the same step pins only what it offloads, each activation at its exact size
+# (the table's "moved" is twice that: every activation goes out in forward and back in
+# backward):
 
 # %%
 print(f"one activation: {fmt(lesson.STEP_15['act_bytes'])} requested, "
@@ -359,6 +361,7 @@ print(f"offload with pinned_max_round_threshold_mb:16: host pinned {fmt(capped['
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["act_bytes"]
+assert 2 * capped["host_peak_bytes"] == off["moved_bytes"] == capped["moved_bytes"]
 
 # %% [markdown]
 # ## Exercise: the largest threshold that still fits the host

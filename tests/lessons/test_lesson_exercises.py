@@ -67,12 +67,14 @@ def test_hint_ladder_and_raising_answers(ex, capsys):
     second = capsys.readouterr().out
     assert "your code raised ZeroDivisionError: division by zero" in second
     assert "Hint 2/3" in second
-    ex.check("05.ex", "max_split_size_mb:10")
-    assert "c10 would refuse 'max_split_size_mb:10'" in capsys.readouterr().out
+    ex.check("05.ex", "max_split_size_mb:10")    # a setting c10 refuses: a wrong shape
+    refused = capsys.readouterr().out
+    assert refused.startswith("· 05.ex not counted: c10 would refuse 'max_split_size_mb:10'")
+    assert "Hint" not in refused
     ex.check("05.ex", RIGHT["05.ex"]())
     assert capsys.readouterr().out.startswith("✓ 05.ex solved")
-    assert ex.progress().exercise("05.ex") == {"attempts": 4, "passed": True,
-                                               "solved_at_attempt": 4}
+    assert ex.progress().exercise("05.ex") == {"attempts": 3, "passed": True,
+                                               "solved_at_attempt": 3}
     with pytest.raises(AssertionError, match="second 6 GiB tensor fails"):
         ex.assert_passes("05.ex", "max_split_size_mb:8000")
     ex.assert_passes("05.ex", RIGHT["05.ex"]())
@@ -96,3 +98,61 @@ def test_15_feedback_names_the_mistake_and_the_hints_name_no_answer():
     assert not under.passed and "is not the largest" in under.message
     for hint in ex.hints:
         assert str(right) not in re.findall(r"\d+", hint), hint
+
+
+@pytest.mark.parametrize("ex_id", ["05.ex", "11.ex", "15.ex"])
+def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
+    """The exercise cell run again after solving (the stub back in place, say a fresh kernel):
+    the header and the stub's line say the same thing. Before: "(solved)" above "· not tried
+    yet"."""
+    from gpumemlab.quizkit.lesson_exercises import get
+
+    right = RIGHT[ex_id]
+    ex.check(ex_id, right() if callable(right) else right)
+    capsys.readouterr()
+    ex(ex_id)
+    ex.check(ex_id, get(ex_id).stub)
+    header, *rest = capsys.readouterr().out.splitlines()
+    assert header.endswith("(solved)")
+    assert rest[-1].startswith(f"· {ex_id} solved: the answer here is the stub"), rest[-1]
+    assert "not tried" not in "\n".join(rest)
+    assert ex.progress().exercise(ex_id)["attempts"] == 1
+
+
+def test_the_stub_line_counts_the_attempts_so_far(ex, capsys):
+    ex.check("15.ex", 1000)
+    capsys.readouterr()
+    ex.check("15.ex", None)
+    assert capsys.readouterr().out.startswith("· 15.ex 1 attempt so far: the answer here is")
+
+
+@pytest.mark.parametrize("ex_id, bad", [("11.ex", ["4,1,2,8"]), ("11.ex", [[8, 4, 2]]),
+                                        ("15.ex", "45 MB"), ("15.ex", 45.5), ("15.ex", "many")])
+def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
+    """As for the quizzes (docs/QUIZZES.md): one line saying the shape, no attempt, no hint.
+    Before: counted (attempts 1) with Hint 1/3."""
+    ex.check(ex_id, bad)
+    out = capsys.readouterr().out
+    assert out.startswith(f"· {ex_id} not counted: ") and out.count("\n") == 1, out
+    assert "Hint" not in out and "Expected" in out
+    assert ex.progress().exercise(ex_id) == {"attempts": 0, "passed": False}
+    assert judge(ex_id, bad).counted is False
+
+
+def test_15_takes_a_whole_mib_in_any_plain_form():
+    """"a whole number of MiB": 45, 45.0, "45" and "45 MiB" are one answer. Before: only the int
+    passed."""
+    right = RIGHT["15.ex"]()
+    for form in (right, float(right), str(right), f"{right} MiB", f"{right}MiB", f"{right}M"):
+        verdict = judge("15.ex", form)
+        assert verdict.passed and verdict.counted, (form, verdict.message)
+
+
+def test_no_wrong_answer_message_says_not_yet_twice(ex, capsys):
+    """The cell prefixes "not yet:" itself; a judge's message must not. Before: 11.ex printed
+    "✗ 11.ex not yet: not yet: the 1 order(s) listed ..."."""
+    ex.check("11.ex", [[8, 4, 2, 1]])
+    out = capsys.readouterr().out
+    assert out.startswith("✗ 11.ex not yet: the 1 order(s) listed"), out
+    for exercise in all_exercises():
+        assert not judge(exercise.id, exercise.stub).message.lower().startswith("not yet")

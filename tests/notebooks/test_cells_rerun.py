@@ -51,6 +51,16 @@ def _reveals(cell) -> list:
 def rerun_errors(key, progress) -> list:
     """'cell i (pass): what went wrong' for every code cell that raised, or whose reveal was
     passed another value than in Run All, when run again after Run All."""
+    def plan(code):
+        return (("Run All", code), ("again, last to first", code[::-1]),
+                ("again, first to last", code))
+    return run_errors(key, progress, plan)
+
+
+def run_errors(key, progress, plan) -> list:
+    """'cell i (pass): what went wrong' for every code cell that raised, or whose reveal was
+    passed another value than in the first pass, the cells run in the passes ``plan(code cell
+    indices)`` gives: (name, cell indices) pairs, in one kernel."""
     path = next((ROOT / "notebooks").glob(f"{key}_*.ipynb"))
     nb = nbformat.read(path, as_version=4)
     env = {"GPUMEMLAB_HEADLESS": "1", "GPUMEMLAB_PROGRESS": str(progress),
@@ -67,8 +77,7 @@ def rerun_errors(key, progress) -> list:
             nb.cells.append(nbformat.v4.new_code_cell(SPY))
             client.execute_cell(nb.cells[-1], len(nb.cells) - 1)
             nb.cells.pop()
-            for name, order in (("Run All", code), ("again, last to first", code[::-1]),
-                                ("again, first to last", code)):
+            for name, order in plan(code):
                 for i in order:
                     cell = copy.deepcopy(nb.cells[i])
                     client.execute_cell(cell, i)
@@ -89,4 +98,15 @@ def rerun_errors(key, progress) -> list:
 @pytest.mark.parametrize("key", RERUN_CHECKED)
 def test_every_cell_reruns_after_run_all_in_any_order(key, tmp_path):
     errors = rerun_errors(key, tmp_path / "progress.json")
+    assert not errors, "\n".join(errors)
+
+
+def test_lesson15_pinned_copy_cell_reruns(tmp_path):
+    """Lesson 15's cell 17 (after synchronize(): a third buffer takes the first block) frees only
+    the buffer it pins, so it runs twice and its check still holds. It once freed the second
+    buffer, made in cell 11: run again, ValueError: double free."""
+    def plan(code):
+        return (("top to 17", [i for i in code if i <= 17]), ("17 twice more", [17, 17]),
+                ("then 18 and its check", [18, 19]))
+    errors = run_errors("15", tmp_path / "progress.json", plan)
     assert not errors, "\n".join(errors)

@@ -27,6 +27,12 @@ def images(cell):
             if "image/png" in o.get("data", {})]
 
 
+def output_texts(cells):
+    """(cell index, text) for each output of the code cells: printed text and plain reprs."""
+    return [(i, o.get("text", "") + str(o.get("data", {}).get("text/plain", "")))
+            for i, c in enumerate(cells) if c.cell_type == "code" for o in c.get("outputs", [])]
+
+
 def figures_made(source: str) -> int:
     return len(DRAWS.findall(source))
 
@@ -53,9 +59,7 @@ def test_each_figure_is_shown_once_and_every_drawing_cell_shows_one(key, tmp_pat
 @pytest.mark.parametrize("key", LESSONS)
 def test_no_kernel_temp_name_in_a_figure_or_its_text(key, tmp_path_factory):
     cells, _, _ = executed(key, tmp_path_factory)
-    found = [f"cell {i}: {m}" for i, c in enumerate(cells) if c.cell_type == "code"
-             for o in c.get("outputs", []) for text in [o.get("text", "") +
-                                                        str(o.get("data", {}).get("text/plain", ""))]
+    found = [f"cell {i}: {m}" for i, text in output_texts(cells)
              for m in re.findall(r"ipykernel_\d+/\d+\.py", text)]
     assert not found, "\n".join(found)
 
@@ -73,3 +77,17 @@ def test_one_colour_per_category_across_lessons():
     lesson10 = colours({"parameter": 900, "optimizer_state": 300, "activation": 10})
     for key in ("activation", "parameter"):
         assert lesson07[key] == lesson10[key] == CATEGORY_COLOURS[key]
+
+
+# The lessons whose printed text has been read for counts of one (add one once it reads right).
+PLURALS_CHECKED = ("11", "15")
+
+
+@pytest.mark.parametrize("key", PLURALS_CHECKED)
+def test_a_count_of_one_is_printed_singular(key, tmp_path_factory):
+    """No output says "1 segments", "1 pages" or "in 1 blocks". Lesson 11 once printed
+    "reserved 20.00 MiB in 1 segments" and "= 1 pages of 20 MiB"."""
+    cells, _, _ = executed(key, tmp_path_factory)
+    found = [f"cell {i}: {m.group(0)!r}" for i, text in output_texts(cells)
+             for m in re.finditer(r"(?<![\d.,])1 (segments|pages|blocks)\b", text)]
+    assert not found, "\n".join(found)

@@ -18,6 +18,16 @@ def test_one_bank_per_curriculum_notebook():
     assert lessons[:10] == [f"{i:02d}" for i in range(10)]
 
 
+def test_the_docs_name_the_banks_that_exist():
+    """docs/QUIZZES.md says which banks there are: the first and the last, as in quizzes/. It
+    once said "00 to 14" while bank 15 shipped."""
+    said = re.search(r"one bank per notebook, `(\d\d)` to `(\d\d)`",
+                     (ROOT / "docs" / "QUIZZES.md").read_text(encoding="utf-8"))
+    assert said, "docs/QUIZZES.md no longer says which banks exist"
+    assert said.groups() == (BANKS[0].notebook, BANKS[-1].notebook)
+    assert len(BANKS) == int(said[2]) - int(said[1]) + 1
+
+
 def test_the_loader_finds_the_banks_and_honours_the_env_override(monkeypatch, tmp_path):
     assert quizzes_dir().resolve() == (ROOT / "quizzes").resolve()
     monkeypatch.setenv("GPUMEMLAB_QUIZZES", str(tmp_path))

@@ -214,7 +214,7 @@ def test_a_raw_dict_is_normalised_before_it_is_drawn():
     drawn, expected = gml.show(raw), gml.show(normalised)
     assert drawn.gml_blockmap == expected.gml_blockmap
     assert drawn.texts[0].get_text() == expected.texts[0].get_text()
-    assert "reserved 20.00 MiB, allocated 0 bytes in 1 segments" in drawn.texts[0].get_text()
+    assert "reserved 20.00 MiB, allocated 0 bytes in 1 segment" in drawn.texts[0].get_text()
     assert gml.text_blockmap(raw) == gml.text_blockmap(normalised)
     assert "address" not in raw["segments"][0]["blocks"][0]      # the input is left alone
 

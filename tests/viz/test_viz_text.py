@@ -104,3 +104,22 @@ def test_a_thousand_segments_stay_readable():
     left = int(lines[-3].split("...")[1].split()[0]) if "not drawn" in lines[-3] else 0
     assert shown + left == 1185                              # every segment counted once
     assert gml.text_blockmap(snap, max_rows=2000).count("\nseg ") == 1185
+
+
+def test_a_count_of_one_takes_the_singular():
+    """One segment with one free block reads "1 segment" and "in 1 block"; the host line "in 1
+    block". Before: "1 segments", "in 1 blocks"."""
+    from gpumemlab.viz.host_view import host_line
+    from gpumemlab.viz.words import count
+
+    text = gml.text_blockmap({"segments": [seg(0, [(2 * MiB, 2 * MiB, "active_allocated"),
+                                                   (18 * MiB, 0, "inactive")])]})
+    assert "\n1 segment: reserved 20.00 MiB" in text and "free 18.00 MiB in 1 block (" in text
+    two = gml.text_blockmap({"segments": [seg(0, [(20 * MiB, 0, "inactive")]),
+                                          seg(GiB, [(20 * MiB, 0, "inactive")])]})
+    assert "\n2 segments: reserved 40.00 MiB" in two and "in 2 blocks (" in two
+    line = host_line({"pinned_bytes": 8 * MiB, "blocks": 1, "requested_bytes": 6 * MiB,
+                      "rounding_waste_bytes": 2 * MiB, "awaiting_event_bytes": 0,
+                      "cached_free_bytes": 0, "trace_entries": 2})
+    assert line.startswith("pinned host memory: 8.00 MiB in 1 block (requested")
+    assert [count(n, "page") for n in (0, 1, 2)] == ["0 pages", "1 page", "2 pages"]

@@ -22,7 +22,7 @@ from gpumemlab.allocator.host import explain_host_oom
 from gpumemlab.units import format_size
 
 from ..diagnosis import Diagnosis, Fix
-from .text import clean, squash
+from .text import as_written, clean, squash
 
 __all__ = ["diagnose_host_path", "FRAMEWORK", "FORM"]
 
@@ -55,6 +55,10 @@ _KIT_SIZES = re.compile(r"cudaHost(?:Alloc|Register)of" + _SIZE + r"forapinnedre
 _EXAMPLE = int(20.4 * (1 << 30))         # sgl-project/sglang#36562's buffer, for the rule's example
 
 
+_SIZES = ("requested", "block_size", "rounding_waste")       # of the request: from the paste only
+_SETTINGS = ("pinned_max_round_threshold_mb", "pinned_max_cached_size_mb")
+
+
 def _bytes(number, unit):
     return int(round(float(number) * _UNITS[unit]))
 
@@ -63,25 +67,29 @@ def diagnose_host_path(text: str, *, source: str = "message") -> Diagnosis | Non
     """The diagnosis of a pinned-host-memory failure in ``text``, or None when the text does not
     show PyTorch's host path with a failure (or holds a full device OOM message, which the
     device reading explains)."""
-    squashed = squash(clean(text))
+    cleaned = clean(text)
+    squashed = squash(cleaned)
     path = _HOST_PATH.search(squashed)
     if path is None or _DEVICE_MESSAGE.search(squashed) or _FOREIGN_HOST.search(squashed):
         return None
-    failures = [(key, what, m.group(0)) for key, pattern, what in _FAILURES
+    failures = [(key, what, as_written(cleaned, *m.span())) for key, pattern, what in _FAILURES
                 if (m := pattern.search(squashed))]
     if not failures:
         return None
     sizes = _KIT_SIZES.search(squashed)
     requested = _bytes(*sizes.group(3, 4)) if sizes else None
     facts = explain_host_oom(requested if requested is not None else _EXAMPLE)
+    # a size the paste does not print is the rule's example, said as one and never the user's
     rounding = (" ".join(facts["lines"][:2]) if requested is not None else
                 f"The host allocator rounds each pinned request up to a power of two unless "
-                f"pinned_max_round_threshold_mb is below it: a {format_size(_EXAMPLE)} buffer "
-                f"pins {format_size(facts['block_size'])}, {format_size(facts['rounding_waste'])} "
-                "of it never used.")
+                f"pinned_max_round_threshold_mb is below it; the paste prints no size, so for "
+                f"example, a {format_size(_EXAMPLE)} buffer would pin "
+                f"{format_size(facts['block_size'])}, {format_size(facts['rounding_waste'])} of "
+                "it never used.")
     summary = ("Pinned host memory, not the GPU: " + "; ".join(w for _k, w, _m in failures)
                + ". " + rounding)
-    evidence = [f"the host path: {path.group(0)!r}"] + [f"{k}: {m[:80]!r}" for k, _w, m in failures]
+    evidence = ([f"the host path: {as_written(cleaned, *path.span())!r}"]
+                + [f"{k}: {m[:80]!r}" for k, _w, m in failures])
     if requested is not None:
         evidence.append(f"a pinned request of {format_size(requested)} asked "
                         f"{format_size(facts['block_size'])} of cudaHostAlloc")
@@ -106,10 +114,11 @@ def diagnose_host_path(text: str, *, source: str = "message") -> Diagnosis | Non
             ".wslconfig memory"),
     ]
     details = {"framework": FRAMEWORK, "form": FORM, "failures": [k for k, _w, _m in failures],
-               "host": {k: facts[k] for k in ("requested", "block_size", "rounding_waste",
-                                              "pinned_max_round_threshold_mb",
-                                              "pinned_max_cached_size_mb")},
-               "host_requested_from_text": requested is not None}
+               "host": {k: facts[k] if requested is not None or k in _SETTINGS else None
+                        for k in _SIZES + _SETTINGS},
+               "host_requested_from_text": requested is not None,
+               "host_example": None if requested is not None else
+               {k: facts[k] for k in _SIZES}}
     return Diagnosis(mode="message", source=source, kind="not_pytorch_allocator",
                      summary=summary, requested_bytes=requested, evidence=evidence,
                      fixes=fixes, details=details,

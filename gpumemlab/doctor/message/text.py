@@ -52,6 +52,16 @@ def squash(text: str) -> str:
     return "".join(text.split())
 
 
+def as_written(cleaned: str, start: int, end: int) -> str:
+    """The words of ``cleaned`` that ``squash(cleaned)[start:end]`` squashed, as the paste wrote
+    them (runs of whitespace as one space): evidence quotes the user's text, not the squashed
+    string the patterns search."""
+    kept = [i for i, ch in enumerate(cleaned) if not ch.isspace()]   # squash's survivors
+    if not 0 <= start < end <= len(kept):
+        return ""
+    return " ".join(cleaned[kept[start]:kept[end - 1] + 1].split())
+
+
 _NAME_END = re.compile(r"(?:OutOfMemoryError|RuntimeError|AcceleratorError)\s*:")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
