@@ -22,6 +22,10 @@ SEGMENT_UNMAP = "segment_unmap"
 SNAPSHOT = "snapshot"
 OOM = "oom"
 USER_DEFINED = "user_defined"
+# The action names a snapshot file's trace entries carry (torch/csrc/cuda/memory_snapshot.cpp's
+# action_to_str: USER_DEFINED is written "annotate"); the one list readers check against.
+TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
+                 "segment_map", "segment_unmap", "snapshot", "oom", "annotate")
 
 # RecordContext levels (c10::cuda::CUDACachingAllocator::RecordContext).
 NEVER, STATE, ALLOC_CONTEXT, ALL = 0, 1, 2, 3

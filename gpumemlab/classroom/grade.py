@@ -35,7 +35,9 @@ from .isolation import unprivileged
 from .isolation.space import RUN_DISK_BYTES, RunSpace
 from .build import build_graded, student_answers, test_parts, tests_of
 from .intake import COPY_LIMIT_BYTES, copy_submission, display_id, find_notebook, find_submissions, read_timestamp
+from .keep_copy import not_regular_entries
 from .late import apply_late
+from .unsandboxed import ALLOW_ROOT_FLAG, unsandboxed_warnings  # noqa: F401 (grade.unsandboxed_warnings)
 from .isolation.worker import decode as _decode
 from .isolation.worker import run_worker as _run_worker
 
@@ -59,9 +61,6 @@ class _NothingToRun(Exception):
 
 class SandboxUnavailable(RuntimeError):
     """bwrap cannot run here; the message says why and what to do."""
-
-
-ALLOW_ROOT_FLAG = "--allow-root-runs"
 
 
 class RootRunsRefused(RuntimeError):
@@ -250,7 +249,7 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     finally:
         if keep is not None:   # what the run left: folders, files and links, no FIFO
             shutil.copytree(base, Path(keep) / display_id(student_id), dirs_exist_ok=True,
-                            symlinks=True, ignore=_not_regular)
+                            symlinks=True, ignore=not_regular_entries)
         if space is not None:
             space.close()
         shutil.rmtree(base, ignore_errors=True)
@@ -271,23 +270,6 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
     return StudentResult(student_id, rows, sum(r["score"] for r in rows),
                          sum(r["max_score"] for r in rows), time.monotonic() - started,
                          timestamp, notes, isolated=inside, answers=answers)
-
-
-def _not_regular(folder, names) -> set:
-    """``copytree``'s ignore: entries neither folders, regular files nor links (a FIFO the
-    student's code made would block or fail the copy of everything kept)."""
-    import stat
-
-    skipped = set()
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(folder, name)).st_mode
-        except OSError:
-            skipped.add(name)
-            continue
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            skipped.add(name)
-    return skipped
 
 
 def _read_student(home, folder, notebook, notes, paths):
@@ -342,17 +324,6 @@ def _judge_rows(run, state, requests, student_id, paths, variant_seed=None) -> l
                      "output": _scrub(output, paths, OUTPUT_LIMIT), "inside_only": not judges,
                      "answer": answer_text(requests[gid], replies)})
     return rows
-
-
-def unsandboxed_warnings(run) -> list:
-    """Lines for the teacher: as whom unsandboxed submissions run, and what they can reach."""
-    if run.runs_as == "root":
-        return [f"WARNING: submissions run without the sandbox AS ROOT, as asked "
-                f"({ALLOW_ROOT_FLAG}): they could not run as an unprivileged user "
-                f"({run.unprivileged_reason}); their code can read and change anything on "
-                f"this machine"]
-    return [f"WARNING: submissions run as an unprivileged user, who can {how} {path}: make it "
-            f"unreachable by other users (chmod o-rwx on its folder)" for path, how in run.exposed]
 
 
 def _unsure_time(late_text: str) -> bool:

@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
+from gpumemlab.allocator.trace import TRACE_ACTIONS
 
 from .bounded_read import read_regular_file
 from .gc_pause import collector_paused
@@ -37,8 +38,6 @@ __all__ = ["SnapshotError", "SnapshotWarning", "load_snapshot", "loads_snapshot"
 # a snapshot bigger than this is refused before reading (a sanity cap, override with max_bytes)
 DEFAULT_MAX_BYTES = 8 * 1024**3
 
-TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "segment_alloc", "segment_free",
-                 "segment_map", "segment_unmap", "snapshot", "oom", "annotate")
 # the _snapshot docstring names this state; the C++ emits active_pending_free
 _STATE_ALIASES = {"active_awaiting_free": "active_pending_free"}
 

@@ -9,6 +9,7 @@ view, never the recording).
 from __future__ import annotations
 
 from gpumemlab.allocator.snapshot import BLOCK_STATES
+from gpumemlab.allocator.trace import TRACE_ACTIONS
 
 
 class _Bad(Exception):
@@ -83,7 +84,6 @@ def read_host_entries(data: dict, out: dict, note) -> None:
     one line said when they are malformed."""
     if "host_segments" not in data and "host_traces" not in data:
         return
-    from .files import TRACE_ACTIONS   # files imports this module
     out.pop("host_segments", None)
     out.pop("host_traces", None)
     try:
