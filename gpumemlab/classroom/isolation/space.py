@@ -52,7 +52,7 @@ class RunSpace:
         self.mounted = False
         if os.geteuid() != 0:
             return
-        opts = f"size={int(size_bytes)},mode=0700".encode()
+        opts = f"size={int(size_bytes)},nr_inodes={RUN_INODES},mode=0700".encode()
         flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV)
         if _libc().mount(b"gml-run", self.folder, b"tmpfs", flags, opts) == 0:
             self.mounted = True
@@ -97,15 +97,22 @@ def _blocks(path: str, st) -> int:
     return st.st_blocks * 512 if not stat.S_ISLNK(st.st_mode) else 0
 
 
+# What a folder with more entries than ``folder_bytes`` looks at counts as: over any run's limit.
+FLOOD_BYTES = 1 << 50
+# Inodes of a run's tmpfs: far more than a notebook needs, far fewer than a flood of empty files.
+RUN_INODES = 100_000
+
+
 def folder_bytes(top, limit_entries: int = 200_000) -> int:
-    """Blocks used under ``top`` (links not followed); past ``limit_entries`` entries, a size
-    that counts each further one as a block (a million empty files is a flood too)."""
+    """Blocks used under ``top`` (links not followed); past ``limit_entries`` entries,
+    ``FLOOD_BYTES``: a million empty files is a flood too, and a walk that stopped there would
+    not see what is written below them."""
     total, seen = 0, 0
     for dirpath, dirnames, filenames in os.walk(top):
         for name in dirnames + filenames:
             seen += 1
             if seen > limit_entries:
-                return total + (seen - limit_entries) * 4096
+                return FLOOD_BYTES
             try:
                 total += _blocks(name, os.lstat(os.path.join(dirpath, name)))
             except OSError:
