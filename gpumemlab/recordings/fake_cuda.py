@@ -77,20 +77,7 @@ C10_REGISTER_GUARD_IMPL(CUDA, GmlFakeCudaGuard);
 namespace at {
 struct GmlFakeCUDAHooks : public CUDAHooksInterface {
   GmlFakeCUDAHooks(CUDAHooksArgs) {}
-  void init() const override {}
-  bool isBuilt() const override { return true; }
-  bool isAvailable() const override { return true; }
-  bool hasCUDA() const override { return true; }
-  bool hasPrimaryContext(DeviceIndex) const override { return true; }
-  DeviceIndex deviceCount() const override { return 1; }
-  int getNumGPUs() const override { return 1; }
-  DeviceIndex current_device() const override { return 0; }
-  DeviceIndex getCurrentDevice() const override { return 0; }
-  void setCurrentDevice(DeviceIndex) const override {}
-  DeviceIndex exchangeDevice(DeviceIndex) const override { return 0; }
-  DeviceIndex maybeExchangeDevice(DeviceIndex) const override { return 0; }
-  void deviceSynchronize(DeviceIndex) const override {}
-};
+""" + fake_cuda_nodriver.HOOKS_MEMBERS + r"""};
 C10_REGISTER_CLASS(CUDAHooksRegistry, CUDAHooks, GmlFakeCUDAHooks);
 }  // namespace at
 

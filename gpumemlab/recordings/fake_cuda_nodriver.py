@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ctypes
 
-__all__ = ["SOURCE", "SDP_CHOICE", "device_count", "SKIPPED_LINE"]
+__all__ = ["SOURCE", "SDP_CHOICE", "HOOKS_MEMBERS", "device_count", "SKIPPED_LINE"]
 
 # shared with the CPU-only build's library (fake_cuda.SOURCE): gml_sdp_choice, in an anonymous namespace
 SDP_CHOICE = r"""
@@ -48,17 +48,9 @@ int64_t gml_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 }  // namespace
 """
 
-SOURCE = r"""
-#include <ATen/detail/CUDAHooksInterface.h>
-#include <ATen/Context.h>
-#include <ATen/native/transformers/attention.h>
-""" + SDP_CHOICE + r"""
-
-namespace at {
-// "built, available, one device with its context": what autograd's engine asks before a backward
-// on (fake) CUDA tensors; nothing here touches a driver.
-struct GmlNoDriverCUDAHooks : public CUDAHooksInterface {
-  GmlNoDriverCUDAHooks(CUDAHooksArgs) {}
+# The CUDA hooks' answers, "built, available, one device with its context, device 0", shared with
+# the CPU-only build's library (fake_cuda.SOURCE); each library names its own struct.
+HOOKS_MEMBERS = r"""
   void init() const override {}
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return true; }
@@ -72,7 +64,20 @@ struct GmlNoDriverCUDAHooks : public CUDAHooksInterface {
   DeviceIndex exchangeDevice(DeviceIndex) const override { return 0; }
   DeviceIndex maybeExchangeDevice(DeviceIndex) const override { return 0; }
   void deviceSynchronize(DeviceIndex) const override {}
-};
+""".lstrip("\n")
+
+SOURCE = r"""
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/Context.h>
+#include <ATen/native/transformers/attention.h>
+""" + SDP_CHOICE + r"""
+
+namespace at {
+// "built, available, one device with its context": what autograd's engine asks before a backward
+// on (fake) CUDA tensors; nothing here touches a driver.
+struct GmlNoDriverCUDAHooks : public CUDAHooksInterface {
+  GmlNoDriverCUDAHooks(CUDAHooksArgs) {}
+""" + HOOKS_MEMBERS + r"""};
 C10_REGISTER_CLASS_WITH_PRIORITY(CUDAHooksRegistry, CUDAHooks, c10::REGISTRY_PREFERRED,
                                  GmlNoDriverCUDAHooks);
 }  // namespace at
