@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from .procfs import process_stats
+
 _PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
 
 
@@ -29,15 +31,11 @@ def become_subreaper() -> bool:
 def _parents() -> dict:
     """pid -> parent pid, for every process in /proc now."""
     parents = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, stat in process_stats():
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            parents[int(entry)] = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue   # gone meanwhile
+            parents[pid] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (ValueError, IndexError):
+            continue
     return parents
 
 

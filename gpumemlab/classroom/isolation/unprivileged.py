@@ -51,6 +51,7 @@ from pathlib import Path
 
 from . import setpriv_nobody
 from .acl import allow_again, deny
+from .procfs import process_stats
 
 UID_FIRST, UID_COUNT = 1_900_000_000, 100_000_000   # below 2**31; no distribution allots these
 _taken, _taken_lock = set(), threading.Lock()
@@ -311,19 +312,15 @@ def _processes_of(uid: int, since: int = 0) -> list:
     """Live processes (thread groups with a live thread) whose real uid is ``uid``, started
     at or after ``since`` (boot ticks)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid, stat in process_stats():
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/status", "rb") as f:
+            with open(f"/proc/{pid}/status", "rb") as f:
                 real = next(line.split()[1] for line in f if line.startswith(b"Uid:"))
             state, start = _state(stat)
         except (OSError, StopIteration, IndexError, ValueError):
             continue   # gone meanwhile
-        if int(real) == uid and start >= since and _live(entry, state):
-            found.append(int(entry))
+        if int(real) == uid and start >= since and _live(str(pid), state):
+            found.append(pid)
     return found
 
 
