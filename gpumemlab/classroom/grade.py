@@ -236,6 +236,9 @@ def grade_one(run: GradingRun, student_id, folder, notebook, *, cell_timeout=30,
                # the sandbox has a network namespace of its own; outside it, TCP is shared
                "kernel_sockets": "tcp" if inside else "ipc",
                "seed": student_id, "pythonpath": trusted_sys_path(kit), "limits": limits,
+               # the run's uid is its own (the sandbox's PID namespace, or an unprivileged uid):
+               # a cell's clock counts every process of it (``runner.CellClock``)
+               "cpu_by_uid": inside or run.runs_as == "nobody",
                "executed": f"{in_io}/executed.ipynb" if keep is not None else None}
         (io / "job.json").write_text(json.dumps(job), encoding="utf-8")
         for name in ("result.json",) + (("executed.ipynb",) if keep is not None else ()):

@@ -73,37 +73,60 @@ def cpu_seconds(pid) -> float:
 
 
 class CellClock:
-    """One cell's time limit, counted against its own kernel's CPU time, not the wall clock
-    alone: other submissions' processes (twelve ``setsid`` busy loops, say) may take the
-    machine's cores, and a classmate's 4 s cell then took more than 20 s of wall time and timed
-    out. A cell is stopped (its kernel killed: ``expired``) once it ran ``limit_s`` of wall time
-    *and* its kernel used ``limit_s`` of CPU; a cell waiting on nothing (a sleep) is stopped by
-    nbclient at ``WALL_FACTOR`` times the limit."""
+    """One cell's time limit, counted against CPU time, not the wall clock alone: other
+    submissions' processes (twelve ``setsid`` busy loops, say) may take the machine's cores, and a
+    classmate's 4 s cell then took more than 20 s of wall time and timed out. A cell is stopped
+    (``expired``) once it ran ``limit_s`` of wall time *and* used ``limit_s`` of CPU; a cell
+    waiting on nothing (a sleep) is stopped by nbclient at ``WALL_FACTOR`` times the limit.
 
-    def __init__(self, kernel_pid, limit_s: float, every_s: float = 0.25):
+    With ``uid`` (a run with a uid of its own: the sandbox's nobody in its PID namespace, or the
+    unprivileged mode's uid), the CPU counted is that of every process of ``uid`` but this
+    executor (``procfs.uid_cpu``, one walk of ``/proc``), so busy loops a cell forked and never
+    reaped are charged to the run's cells, not to nobody; at expiry every such process is
+    killed, the kernel among them. Without it, the kernel's own CPU (and its reaped children's)."""
+
+    def __init__(self, kernel_pid, limit_s: float, every_s: float = 0.25, uid=None):
         import threading
 
-        self.pid, self.limit, self.every = kernel_pid, float(limit_s), every_s
+        self.pid, self.limit, self.every, self.uid = kernel_pid, float(limit_s), every_s, uid
         self.expired = False
-        self._start_cpu, self._start = cpu_seconds(kernel_pid), time.monotonic()
+        self._start_cpu, self._start = self._cpu()[0], time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
+    def _cpu(self) -> tuple:
+        """(CPU seconds, the pids to kill at expiry)."""
+        if self.uid is None:
+            return cpu_seconds(self.pid), [self.pid]
+        from .procfs import uid_cpu
+
+        return uid_cpu(self.uid, leave_out={os.getpid()})
+
     def used(self) -> tuple:
-        return time.monotonic() - self._start, cpu_seconds(self.pid) - self._start_cpu
+        return time.monotonic() - self._start, self._cpu()[0] - self._start_cpu
 
     def _watch(self):
         import signal
 
         while not self._done.wait(self.every):
-            wall, cpu = self.used()
-            if wall >= self.limit and cpu >= self.limit:
+            cpu, pids = self._cpu()
+            if time.monotonic() - self._start >= self.limit and cpu - self._start_cpu >= \
+                    self.limit:
                 self.expired = True
-                try:
-                    os.kill(self.pid, signal.SIGKILL)   # nbclient then sees a dead kernel
-                except (OSError, TypeError):
-                    pass
+                for _ in range(20):   # stopped first, so that none forks meanwhile
+                    for sig in (signal.SIGSTOP, signal.SIGKILL):
+                        for pid in pids:
+                            try:
+                                os.kill(pid, sig)   # nbclient then sees a dead kernel
+                            except (OSError, TypeError):
+                                pass
+                    if self.uid is None:
+                        break
+                    time.sleep(0.01)
+                    pids = self._cpu()[1]
+                    if not pids:
+                        break
                 return
 
     def close(self):
@@ -197,7 +220,8 @@ def run_job(job: dict) -> dict:
         reply_box = {}
         client.on_cell_executed = lambda cell, cell_index, execute_reply: \
             reply_box.setdefault("reply", execute_reply)
-        clock["now"] = CellClock(state["kernel_pid"], job["cell_timeout"])
+        clock["now"] = CellClock(state["kernel_pid"], job["cell_timeout"],
+                                 uid=os.getuid() if job.get("cpu_by_uid") else None)
         try:
             client.execute_cell(cells[i], i, store_history=False)
         finally:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from .procfs import process_stats
+from ..procfs import process_stats
 
 _PR_SET_CHILD_SUBREAPER = 36   # linux/prctl.h
 

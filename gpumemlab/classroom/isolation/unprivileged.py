@@ -51,7 +51,7 @@ from pathlib import Path
 
 from . import setpriv_nobody
 from .acl import allow_again, deny
-from .procfs import process_stats
+from ..procfs import process_stats
 
 UID_FIRST, UID_COUNT = 1_900_000_000, 100_000_000   # below 2**31; no distribution allots these
 _taken, _taken_lock = set(), threading.Lock()
@@ -90,20 +90,63 @@ print(json.dumps(exposed))
 '''
 
 
+UID_LOCKS = Path("/run/gpumemlab-uids")   # one flock'd file per uid a grader of the machine holds
+_locks = {}
+
+
+def _lock_uid(uid: int, folder: Path = None) -> bool:
+    """Take ``uid`` for this grader among every grader of the machine: an exclusive ``flock`` on
+    ``UID_LOCKS/<uid>``, held until ``release_uid`` (or this process's end: a crashed grader
+    holds nothing). -> False where another grader holds it. Where the folder cannot be made
+    (not root), True: the uid is then this process's alone, by the check of live processes."""
+    import fcntl
+
+    folder = UID_LOCKS if folder is None else folder
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # the file may have been removed by its last holder after we opened it: not a lock
+        if os.fstat(fd).st_ino != os.stat(folder / str(uid)).st_ino:
+            raise BlockingIOError
+    except OSError:
+        os.close(fd)
+        return False
+    _locks[uid] = (fd, folder / str(uid))
+    return True
+
+
 def pick_uid() -> int:
-    """A uid for one run: no live process has it, no other run of this grader holds it."""
+    """A uid for one run: no live process has it, no other run of this grader or of another
+    grader on the machine holds it (``_lock_uid``)."""
     rng = random.SystemRandom()
     with _taken_lock:
         while True:
             uid = UID_FIRST + rng.randrange(UID_COUNT)
-            if uid not in _taken and not _processes_of(uid):
-                _taken.add(uid)
-                return uid
+            if uid not in _taken and _lock_uid(uid):
+                if not _processes_of(uid):
+                    _taken.add(uid)
+                    return uid
+                _unlock_uid(uid)
+
+
+def _unlock_uid(uid: int) -> None:
+    fd, path = _locks.pop(uid, (None, None))
+    if fd is not None:
+        try:
+            os.unlink(path)   # still locked: a grader that opened it meanwhile sees no lock
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def release_uid(uid: int) -> None:
     with _taken_lock:
         _taken.discard(uid)
+        _unlock_uid(uid)
 
 
 def python_path(kit) -> str:

@@ -18,7 +18,9 @@ from pathlib import Path
 from .. import isolation
 from . import landlock
 from . import space as space_mod
+from . import sysv
 from . import unprivileged
+from .cgroup_v1 import run_groups
 from .confine import sandbox_cgroup
 
 RESULT_LIMIT_BYTES = 8 << 20     # the executor's result file: verdicts, outputs and answers
@@ -86,9 +88,6 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None, bound
         argv, fds, cleanup = isolation.sandboxed_command(
             home, io, run.kit, inner, masks=masks, memory_bytes=run.limits["memory_bytes"])
         env = dict(os.environ)
-        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"])
-        if group is not None:
-            argv = group.wrap(argv)
     else:
         argv = unprivileged.command(inner, uid, kit=run.kit, writable=[base, home, io]) \
             if run.runs_as == "nobody" else inner
@@ -100,6 +99,11 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None, bound
                    else str(run.kit))
         if run.runs_as == "nobody":   # its temporary files in its own folder, not /tmp
             env.update(unprivileged.private_env(io))
+    if run.sandbox or run.runs_as == "nobody":   # a CPU share, task and memory caps of its own
+        group = sandbox_cgroup(run.limits["memory_bytes"], run.limits["processes"]) or \
+            run_groups(run.limits["memory_bytes"], run.limits["processes"])
+        if group is not None:
+            argv = group.wrap(argv)
     shm_private = run.runs_as == "nobody" and space_mod.private_shm_works()
     if shm_private:   # root mounts it, then setpriv drops root
         argv = space_mod.private_shm(argv)
@@ -131,6 +135,7 @@ def _start_worker(run, base, home, io, job_path, timeout, notes, uid=None, bound
                                  f"folder and the shared temporary folders together: the limit "
                                  f"of one run), so it was stopped; tests not reached score 0")
             space_mod.remove_leftovers(uid)   # /dev/shm, /tmp: nothing of it stays
+            sysv.remove_segments(uid)   # no IPC namespace: its shmget segments outlive it
             if bounded and space_mod.free_bytes(base) < 1 << 20:
                 notes.append(f"the notebook filled the space its run may write (its folder: "
                              f"the copy plus {space_mod.RUN_DISK_BYTES >> 20} MiB, the limit "
