@@ -1,14 +1,15 @@
-"""A classmate's hundreds of unreaped busy loops must not time out an honest cell (issue 34).
+"""A classmate's hundreds of busy loops must not time out an honest cell (issue 34).
 
 A fresh-eyes review's attack on ``runner.CellClock``, which counted the cell's own kernel's CPU
-time only: a "hog" (right answers) forks busy loops through libc (no ``setsid``, never reaped,
-past the audit hook) until ``RLIMIT_NPROC`` refuses (some 237 on the development machine), then
-keeps its notebook alive. The loops are not the kernel, so no clock counted them; on 2 cores an
-honest classmate graded beside it (``--workers 2``, ``--cell-timeout 10``) whose answer cell
-needs 3 s of CPU got a 240th of the machine, hit the 4-timeout wall cap and scored 3/5, in
-the sandbox and in the unprivileged mode alike. Now each run's processes are one cgroup with a
-CPU share of its own (``isolation.cgroup_v1``, or a delegated cgroup v2), and a cell's clock
-counts the CPU of every process of the run's uid (``runner.uid_cpu_seconds``).
+time only: a "hog" (right answers) forks busy loops through libc (past the audit hook), each
+in a session of its own, until the task limit refuses (some 237 were reported), then keeps its
+notebook alive; an honest classmate graded beside it (``--workers 2``, ``--cell-timeout 10``)
+has an answer cell needing 3 s of CPU. The review reported 3/5 for it in the sandbox and the
+unprivileged mode. On the development machine (2 cores, autogroup scheduling on) the sandbox
+case gave the honest classmate 5/5 before the fix as well (45 s for its 9 cells); it stays a
+guard of the bound: each run's processes are now one cgroup with a CPU share and task cap of
+their own (``isolation.cgroup_v1``, or a delegated cgroup v2), and a cell's clock counts the CPU
+of every process of the run's uid (``procfs.uid_cpu``). Slow: several minutes per mode.
 """
 import csv
 import os
@@ -27,20 +28,19 @@ from gpumemlab.classroom.build import student_version  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent.parent
 pytestmark = pytest.mark.slow
 
-HOG = """
-import ctypes
+# through libc, past the audit hook: a shell (a small process, quick to fork) that starts busy
+# loops until RLIMIT_NPROC refuses, then leaves them running (never reaped, no setsid)
+# (each in a session of its own: the kernel's autogroup scheduling gives every session a share
+# as large as a whole run's, so the loops together take hundreds of shares)
+FLOOD = (b"i=0; while [ $i -lt 400 ]; do setsid sh -c 'while :; do :; done' & i=$((i+1)); "
+         b"done 2>/dev/null")
+HOG = f"""
+import ctypes, time
 libc = ctypes.CDLL(None)
-held = ctypes.PyDLL(None)
-forked = 0
-for _ in range(400):   # until RLIMIT_NPROC says no
-    pid = held.fork()
-    if pid == 0:
-        libc.execv(b"/bin/sh", (ctypes.c_char_p * 4)(b"sh", b"-c", b"while :; do :; done", None))
-        libc._exit(0)
-    if pid < 0:
-        break
-    forked += 1
-print("forked", forked)
+if ctypes.PyDLL(None).fork() == 0:
+    libc.execv(b"/bin/sh", (ctypes.c_char_p * 4)(b"sh", b"-c", {FLOOD!r}, None))
+    libc._exit(0)
+time.sleep(2)
 """
 STAY = "import time\ntime.sleep(15)"
 BURN = """
@@ -64,7 +64,7 @@ def _submissions(tmp_path):
         hog = M.add_cell_after(hog, "frag-answer", STAY)
     honest = M.answered(student, {**M.RIGHT, "round-size-answer":
                                   BURN + M.RIGHT["round-size-answer"]})
-    honest.cells.insert(0, nbformat.v4.new_code_cell("import time\ntime.sleep(8)"))
+    honest.cells.insert(0, nbformat.v4.new_code_cell("import time\ntime.sleep(20)"))
     for name, nb in (("hog", hog), ("honest", honest)):
         (subs / name).mkdir(parents=True)
         nbformat.write(nb, str(subs / name / "lab.ipynb"))
