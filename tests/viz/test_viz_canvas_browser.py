@@ -48,11 +48,11 @@ def notebook_cells(n_ops: int) -> list:
 
 
 @contextlib.contextmanager
-def lab_with_notebook(tmp, n_ops: int):
-    """JupyterLab on ``tmp`` holding canvas.ipynb, and Chromium showing it with its cells run;
-    yields the Browser once the widget has drawn."""
+def lab_with_notebook(tmp, n_ops: int, cells=None):
+    """JupyterLab on ``tmp`` holding canvas.ipynb (``cells``, default ``notebook_cells``), and
+    Chromium showing it with its cells run; yields the Browser once the widget has drawn."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c)
-                                         for c in notebook_cells(n_ops)])
+                                         for c in cells or notebook_cells(n_ops)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nbformat.write(nb, tmp / "canvas.ipynb")
