@@ -15,7 +15,9 @@ widget view (``gpumemlab.viz.static``), so an exported notebook shows the frame.
 Where a front end is there (a Jupyter kernel, ``GPUMEMLAB_HEADLESS`` unset) and anywidget
 imports, the frame is drawn in the browser instead (``gpumemlab.viz.canvas_widget``): the whole
 recording goes there once and the browser redraws on every slider move; the PNG is then made only
-when asked for (``player.png``, the exported copy). Headless, under nbval, it is the PNG as before.
+when asked for (``player.png``, the exported copy). A ``request``'s best fit and verdict are still
+worked out here, for each event the kernel hears of, and sent to the browser to mark. Headless,
+under nbval, it is the PNG as before.
 """
 from __future__ import annotations
 
