@@ -116,7 +116,9 @@ def main(n_ops: int) -> None:
             drawn = browser.js(f"Object.assign({{}}, {ROOT_EL}.dataset)")
             load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"browser: notebook run and first frame drawn {t_open:.0f} s after Lab started; "
-          f"last frame: {drawn['segments']} segments, {drawn['blocks']} live blocks")
+          f"last frame: {drawn['segments']} segments, {drawn['blocks']} live blocks; in the "
+          f"browser, the recording loaded (columns, stacked timeline, first frame) in "
+          f"{drawn['loadMs']} ms")
     print(f"browser random jump (500): {quantiles(jumps)}; median / target "
           f"{statistics.median(jumps) / JUMP_TARGET_MS:.3f}")
     for name, run in (("idle page, no input (the browser's own pace)", idle),

@@ -3,7 +3,7 @@
 //
 // An anywidget module, shipped inside the package and loaded as it is: no build step, nothing
 // fetched. Everything here runs in the browser: a slider move redraws the map at once, and the
-// event index reaches the kernel afterwards (throttled) for the text, the metrics and the
+// event index reaches the kernel afterwards (once the slider rests) for the text, metrics and the
 // request's verdict there. The request marker is the kernel's: c10's best fit and its verdict
 // for the event it last heard of (the `request` trait), drawn only while that is the event shown.
 //
@@ -11,11 +11,15 @@
 // pans, a double-click (or "reset") shows whole segments again. Hover: a block's size, state,
 // requested bytes, segment, stream and frame; over the timeline, the event and the band.
 // For tests and curious readers the root element says what it drew: data-event, data-segments,
-// data-blocks (live blocks drawn), data-free-blocks, data-draw-ms, data-zoom (the fraction of
+// data-blocks (live blocks drawn), data-free-blocks, data-draw-ms, data-load-ms (columns viewed,
+// timeline drawn, first frame), data-zoom (the fraction of
 // a row's scale shown, "v0,v1"), data-request (the verdict shown, "" while stale) and
 // data-request-drawn (1 when the marker is drawn), and data-hover (the tooltip).
 
-const SYNC_MS = 120;  // the kernel hears of a drag at most this often
+// The kernel hears of a move once the slider has rested SYNC_MS, or every SYNC_MAX_MS during a
+// long drag: each answer (its text, metrics table and request) costs the page scripts and a
+// layout, which long-animation-frame entries showed filling a loaded machine's slow drag frames
+const SYNC_MS = 150, SYNC_MAX_MS = 1000;
 const MIN_SPAN = 1e-7;
 
 function hatch(colour) {
@@ -65,10 +69,12 @@ function render({ model, el }) {
   root.append(head, verdict, bar, map, box, tip);
   el.appendChild(root);
 
-  let rec = null, current = -1, frame = null, drawnTimeline = null, syncTimer = null;
+  let rec = null, current = -1, frame = null, drawnTimeline = null;
+  let syncTimer = null, syncFirst = null;
   let view = [0, 1], pattern = null, headText = "", verdictText = null;
 
   function load() {
+    const start = performance.now();
     rec = new Recording(model.get("meta"), model.get("data"));
     slider.min = 0;
     slider.max = Math.max(0, rec.n - 1);
@@ -80,6 +86,7 @@ function render({ model, el }) {
     pattern = map.getContext("2d").createPattern(hatch(rec.meta.colours.request), "repeat");
     current = -1;
     draw(Math.min(Math.max(model.get("index"), 0), rec.n - 1));
+    root.dataset.loadMs = (performance.now() - start).toFixed(1);
   }
 
   function draw(k) {
@@ -185,14 +192,16 @@ function render({ model, el }) {
   }
 
   function sync() {
-    if (syncTimer !== null) return;
+    const now = performance.now();
+    if (syncTimer !== null) clearTimeout(syncTimer);
+    if (syncFirst === null) syncFirst = now;
     syncTimer = setTimeout(() => {
-      syncTimer = null;
+      syncTimer = syncFirst = null;
       if (model.get("index") !== current) {
         model.set("index", current);
         model.save_changes();
       }
-    }, SYNC_MS);
+    }, Math.max(0, Math.min(SYNC_MS, syncFirst + SYNC_MAX_MS - now)));
   }
 
   function jump(k) {
