@@ -79,9 +79,11 @@ def lab_with_notebook(tmp, n_ops: int, cells=None):
                              " const k = w && w.content.widgets.length && w.sessionContext.session"
                              " && w.sessionContext.session.kernel; return !!k && k.status === 'idle';"
                              " })()", "the notebook's kernel to be idle", limit=120)
-            browser.js(f"(async () => {{ const a = window.jupyterapp; const w = {NOTEBOOK};"
+            # started, not awaited: the command resolves when the cells have run, which on a
+            # loaded machine outlasts one DevTools call (30 s); the wait below is the limit
+            browser.js(f"(() => {{ const a = window.jupyterapp; const w = {NOTEBOOK};"
                        " a.shell.activateById(w.id);"
-                       " await a.commands.execute('notebook:run-all-cells'); return true; })()")
+                       " a.commands.execute('notebook:run-all-cells'); return true; })()")
             browser.wait_for(f"{ROOT_EL} && {ROOT_EL}.dataset.event !== undefined",
                              f"the canvas player to draw (lab log {tmp / 'lab.log'})", limit=240)
             yield browser
