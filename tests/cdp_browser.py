@@ -114,8 +114,8 @@ class Browser:
         while True:
             try:
                 value = self.js(expression)
-            except AssertionError:      # a page being replaced mid-evaluation
-                value = None
+            except (AssertionError, TimeoutError):   # a page being replaced mid-evaluation,
+                value = None                          # or too busy to answer within 30 s
             if value:
                 return value
             if time.time() > deadline:
