@@ -105,14 +105,17 @@ def main(n_ops: int) -> None:
                 " seed = (seed * 1103515245 + 12345) % 2147483648;"
                 f" const k = seed % {n}; const t0 = performance.now(); s.value = k;"
                 " s.dispatchEvent(new Event('input')); t.push(performance.now() - t0); }"
-                " return JSON.stringify(t); })()"))
-            idle = json.loads(browser.js(FRAMES.format(root=ROOT_EL, n=n, move="")))
+                " return JSON.stringify(t); })()", limit_s=300))
+            idle = json.loads(browser.js(FRAMES.format(root=ROOT_EL, n=n, move=""), limit_s=300))
             drag = json.loads(browser.js(FRAMES.format(root=ROOT_EL, n=n, move=(
-                "s.value = Math.floor(i * n / 240); s.dispatchEvent(new Event('input'));"))))
+                "s.value = Math.floor(i * n / 240); s.dispatchEvent(new Event('input'));")),
+                limit_s=300))
             zoom = json.loads(browser.js(FRAMES.format(root=ROOT_EL, n=n, move=(
                 "const m = r.querySelector('canvas'), b = m.getBoundingClientRect();"
                 " m.dispatchEvent(new WheelEvent('wheel', {deltaY: i < 120 ? -100 : 100,"
-                " clientX: b.left + 300, clientY: b.top + 10, bubbles: true, cancelable: true}));"))))
+                " clientX: b.left + 300, clientY: b.top + 10, bubbles: true,"
+                " cancelable: true}));")),
+                limit_s=300))
             drawn = browser.js(f"Object.assign({{}}, {ROOT_EL}.dataset)")
             load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"browser: notebook run and first frame drawn {t_open:.0f} s after Lab started; "

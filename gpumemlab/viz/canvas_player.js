@@ -321,7 +321,9 @@ function render({ model, el }) {
     window.addEventListener("mouseup", up);
   });
   const onIndex = () => { const k = model.get("index"); if (rec && k !== current) draw(k); };
-  const onRequest = () => { if (rec && current >= 0) { const k = current; current = -1; draw(k); } };
+  const onRequest = () => {
+    if (rec && current >= 0) { const k = current; current = -1; draw(k); }
+  };
   const onData = () => load();
   model.on("change:index", onIndex);
   model.on("change:request", onRequest);

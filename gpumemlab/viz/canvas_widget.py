@@ -8,8 +8,8 @@ and one binary ``data`` buffer of typed arrays); the JavaScript (``canvas_data.j
 module) ships inside the package and is read from disk, so nothing is fetched at run time and no
 build step exists. The browser answers slider moves itself; ``index`` (the event shown) is synced
 both ways, so ``player.goto(k)`` moves the drawing and a drag in the browser moves the kernel's
-state once the slider rests. ``request`` is what the kernel worked out for a request at one event (c10's
-best fit, ``gpumemlab.viz.metrics.find_fit``, and the verdict of
+state once the slider rests. ``request`` is what the kernel worked out for a request at one
+event (c10's best fit, ``gpumemlab.viz.metrics.find_fit``, and the verdict of
 ``gpumemlab.viz.request_path``): the browser marks it while that event is shown, and writes no
 allocator rule of its own.
 
