@@ -84,7 +84,7 @@ class Browser:
         self._ids = itertools.count(1)
         self._ws = self._loop.run_sync(lambda: websocket_connect(ws_url, max_message_size=2**26))
 
-    def call(self, method, **params):
+    def call(self, method, limit_s=30, **params):
         msg_id = next(self._ids)
 
         async def roundtrip():
@@ -97,13 +97,13 @@ class Browser:
                 reply = json.loads(raw)
                 if reply.get("id") == msg_id:
                     return reply
-        reply = self._loop.run_sync(roundtrip, timeout=30)
+        reply = self._loop.run_sync(roundtrip, timeout=limit_s)
         if "error" in reply:
             raise AssertionError(f"{method}: {reply['error']}")
         return reply["result"]
 
-    def js(self, expression):
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True,
+    def js(self, expression, limit_s=30):
+        result = self.call("Runtime.evaluate", limit_s, expression=expression, returnByValue=True,
                            awaitPromise=True)
         if "exceptionDetails" in result:
             raise AssertionError(f"{expression!r} raised: {result['exceptionDetails']}")
@@ -114,8 +114,8 @@ class Browser:
         while True:
             try:
                 value = self.js(expression)
-            except AssertionError:      # a page being replaced mid-evaluation
-                value = None
+            except (AssertionError, TimeoutError):   # a page being replaced mid-evaluation,
+                value = None                          # or too busy to answer within 30 s
             if value:
                 return value
             if time.time() > deadline:

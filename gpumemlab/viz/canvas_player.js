@@ -1,157 +1,92 @@
-// The browser block map and timeline of gml.player (gpumemlab/viz/canvas_widget.py).
+// The browser block map and timeline of gml.player and gml.whatif (gpumemlab/viz/canvas_widget.py):
+// the last part of the widget's module, after canvas_data.js and canvas_timeline.js.
 //
 // An anywidget module, shipped inside the package and loaded as it is: no build step, nothing
-// fetched. The kernel sends the recording once (gpumemlab/viz/compact.py): every segment and live
-// block is a record alive for t0 <= t < t1, where t is the number of events applied, so the
-// state after event k is one scan of typed arrays at t = k + 1; free blocks are the gaps between
-// live blocks (c10 merges free neighbours). Everything below runs in the browser: a slider move
-// redraws at once, and the event index reaches the kernel afterwards (throttled) for the text
-// and metrics there.
+// fetched. Everything here runs in the browser: a slider move redraws the map at once, and the
+// event index reaches the kernel afterwards (once the slider rests) for the text, metrics and the
+// request's verdict there. The request marker is the kernel's: c10's best fit and its verdict
+// for the event it last heard of (the `request` trait), drawn only while that is the event shown.
 //
+// Zoom: the wheel over the map zooms around the pointer (every row by the same factor), a drag
+// pans, a double-click (or "reset") shows whole segments again. Hover: a block's size, state,
+// requested bytes, segment, stream and frame; over the timeline, the event and the band.
 // For tests and curious readers the root element says what it drew: data-event, data-segments,
-// data-blocks (live blocks drawn), data-free-blocks, data-draw-ms, and data-hover (the tooltip).
+// data-blocks (live blocks drawn), data-free-blocks, data-draw-ms, data-load-ms (columns viewed,
+// timeline drawn, first frame), data-zoom (the fraction of
+// a row's scale shown, "v0,v1"), data-request (the verdict shown, "" while stale) and
+// data-request-drawn (1 when the marker is drawn), and data-hover (the tooltip).
 
-const WIDTH = 880, LEFT = 64, RIGHT = 8, MAP_MAX_H = 420, TIMELINE_H = 110;
-const SYNC_MS = 120;  // the kernel hears of a drag at most this often
+// The kernel hears of a move once the slider has rested SYNC_MS, or every SYNC_MAX_MS during a
+// long drag: each answer (its text, metrics table and request) costs the page scripts and a
+// layout, which long-animation-frame entries showed filling a loaded machine's slow drag frames
+const SYNC_MS = 150, SYNC_MAX_MS = 1000;
+const MIN_SPAN = 1e-7;
 
-function sizeText(n) {
-  const units = [[2 ** 40, "TiB"], [2 ** 30, "GiB"], [2 ** 20, "MiB"], [2 ** 10, "KiB"]];
-  for (const [u, name] of units) if (n >= u) return (n / u).toFixed(2) + " " + name;
-  return n + " bytes";
-}
-
-function columnsOf(meta, data) {
-  // a fresh, aligned copy: a DataView from the comm may start at any byte
-  const bytes = data instanceof DataView
-    ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
-    : new Uint8Array(data.buffer || data);
-  const buffer = bytes.slice().buffer;
-  const types = { Float64Array, Int32Array, Uint8Array };
-  const out = {};
-  for (const [name, p] of Object.entries(meta.columns)) {
-    out[name] = new types[p.type](buffer, p.offset, p.length);
-  }
-  return out;
-}
-
-class Recording {
-  constructor(meta, data) {
-    this.meta = meta;
-    this.c = columnsOf(meta, data);
-    this.n = meta.n_events;
-  }
-
-  // the state after event k: visible segments in drawing order and the live blocks
-  stateAt(k) {
-    const c = this.c, t = k + 1, segs = [], blocks = [];
-    const sT0 = c.seg_t0, sT1 = c.seg_t1;
-    for (let i = 0; i < sT0.length; i++) if (sT0[i] <= t && t < sT1[i]) segs.push(i);
-    // records were made in time order: stop at the first one born after t
-    const bT0 = c.block_t0, bT1 = c.block_t1;
-    for (let i = 0; i < bT0.length && bT0[i] <= t; i++) if (t < bT1[i]) blocks.push(i);
-    segs.sort((a, b) => c.seg_address[a] - c.seg_address[b]);
-    return { segs, blocks };
-  }
-}
-
-function layoutRows(rec, segs) {
-  // large pool first, then small (its own scale); a row per segment, address order in each
-  const c = rec.c, groups = [[], []];
-  segs.forEach((s, number) => groups[c.seg_pool[s] === 1 ? 1 : 0].push({ s, number }));
-  const rows = [];
-  const count = segs.length + (groups[0].length && groups[1].length ? 1 : 0);
-  const rowH = Math.max(1, Math.min(18, Math.floor(MAP_MAX_H / Math.max(1, count))));
-  let y = 4;
-  for (let g = 0; g < 2; g++) {
-    if (!groups[g].length) continue;
-    let scale = 0;
-    for (const r of groups[g]) scale = Math.max(scale, c.seg_size[r.s]);
-    for (const r of groups[g]) {
-      rows.push({ seg: r.s, number: r.number, pool: g, y, h: Math.max(1, rowH - (rowH > 3 ? 2 : 0)),
-                  scale, blocks: [] });
-      y += rowH;
-    }
-    y += rowH;  // a gap between the pools
-  }
-  return { rows, rowH };
-}
-
-function mapHeight(rec) {
-  // one height for the whole recording, room for its most segments at once (plus the gap row):
-  // resizing a canvas reallocates it, which cost a jump up to 30 ms
-  const c = rec.c, delta = new Int32Array(rec.n + 3);
-  for (let i = 0; i < c.seg_t0.length; i++) { delta[c.seg_t0[i]]++; delta[c.seg_t1[i]]--; }
-  let live = 0, most = 1;
-  for (let t = 0; t < delta.length; t++) { live += delta[t]; most = Math.max(most, live); }
-  return Math.max(40, Math.min(MAP_MAX_H, (most + 1) * 18) + 12);
+function hatch(colour) {
+  const tile = document.createElement("canvas");
+  tile.width = tile.height = 6;
+  const t = tile.getContext("2d");
+  t.strokeStyle = colour;
+  t.beginPath(); t.moveTo(0, 6); t.lineTo(6, 0); t.stroke();
+  return tile;
 }
 
 function render({ model, el }) {
   const root = document.createElement("div");
   root.className = "gml-canvas-player";
-  root.style.cssText = "font: 12px sans-serif; position: relative; width: " + WIDTH + "px";
-  const head = document.createElement("div");
+  // contain: a redraw lays out and paints this widget only, not the notebook around it
+  root.style.cssText = "font: 12px sans-serif; position: relative; contain: layout paint;" +
+    " width: " + WIDTH + "px";
+  const line = "white-space: nowrap; overflow: hidden; height: 16px";
+  const head = document.createElement("div"), verdict = document.createElement("div");
+  head.style.cssText = line;
+  verdict.style.cssText = line + "; color: #b03a00";
+  const bar = document.createElement("div");
   const slider = document.createElement("input");
   slider.type = "range";
-  slider.style.width = WIDTH + "px";
+  slider.style.width = (WIDTH - 150) + "px";
+  const zoomText = document.createElement("span");
+  const buttons = ["+", "\u2212", "reset"].map(label => {
+    const b = document.createElement("button");
+    b.textContent = label;
+    return b;
+  });
+  bar.append(slider, ...buttons, zoomText);
   const map = document.createElement("canvas");
+  const box = document.createElement("div");
+  box.style.cssText = "position: relative; height: " + TIMELINE_H + "px";
   const timeline = document.createElement("canvas");
+  const cursor = document.createElement("div");
+  cursor.style.cssText = "position:absolute; left:0; top:2px; width:1px; background:#000;" +
+    " height:" + (TIMELINE_H - 20) + "px; will-change: transform; pointer-events:none";
+  box.append(timeline, cursor);
   const tip = document.createElement("div");
   tip.style.cssText = "position:absolute; display:none; pointer-events:none; background:#fff;" +
     "border:1px solid #888; padding:3px 5px; white-space:pre; font:11px monospace; z-index:10";
   map.width = WIDTH;
   timeline.width = WIDTH;
   timeline.height = TIMELINE_H;
-  root.append(head, slider, map, timeline, tip);
+  root.append(head, verdict, bar, map, box, tip);
   el.appendChild(root);
 
-  let rec = null, current = -1, frame = null, timelineImage = null, syncTimer = null;
+  let rec = null, current = -1, frame = null, drawnTimeline = null;
+  let syncTimer = null, syncFirst = null;
+  let view = [0, 1], pattern = null, headText = "", verdictText = null;
 
   function load() {
+    const start = performance.now();
     rec = new Recording(model.get("meta"), model.get("data"));
     slider.min = 0;
     slider.max = Math.max(0, rec.n - 1);
-    timelineImage = drawTimelineImage();
     map.height = mapHeight(rec);
+    drawnTimeline = drawTimelineImage(rec);
+    const tctx = timeline.getContext("2d");
+    tctx.clearRect(0, 0, WIDTH, TIMELINE_H);
+    tctx.drawImage(drawnTimeline.image, 0, 0);
+    pattern = map.getContext("2d").createPattern(hatch(rec.meta.colours.request), "repeat");
     current = -1;
     draw(Math.min(Math.max(model.get("index"), 0), rec.n - 1));
-  }
-
-  function drawTimelineImage() {
-    // reserved and allocated after every event, one pixel column per bucket of events: the
-    // column's maximum, so a one-event peak is never lost
-    const off = document.createElement("canvas");
-    off.width = WIDTH;
-    off.height = TIMELINE_H;
-    const ctx = off.getContext("2d"), c = rec.c, n = rec.n, plotW = WIDTH - LEFT - RIGHT;
-    const colours = rec.meta.colours;
-    let top = 1;
-    for (let i = 0; i < n; i++) top = Math.max(top, c.event_reserved[i]);
-    const h = TIMELINE_H - 18;
-    for (const [name, colour] of [["event_reserved", colours.reserved],
-                                   ["event_allocated", colours.allocated]]) {
-      ctx.strokeStyle = colour;
-      ctx.beginPath();
-      for (let x = 0; x < plotW; x++) {
-        const lo = Math.floor(x * n / plotW), hi = Math.max(lo + 1, Math.floor((x + 1) * n / plotW));
-        let v = 0;
-        for (let i = lo; i < hi && i < n; i++) v = Math.max(v, c[name][i]);
-        const y = 4 + h - (v / top) * h;
-        x ? ctx.lineTo(LEFT + x, y) : ctx.moveTo(LEFT + x, y);
-      }
-      ctx.stroke();
-    }
-    ctx.fillStyle = "#333";
-    ctx.fillText(sizeText(top), 2, 12);
-    ctx.fillText("0", 2, 4 + h);
-    ctx.fillStyle = colours.reserved;
-    ctx.fillText("reserved", LEFT + 4, TIMELINE_H - 3);
-    ctx.fillStyle = colours.allocated;
-    ctx.fillText("allocated", LEFT + 64, TIMELINE_H - 3);
-    ctx.fillStyle = "#333";
-    ctx.textAlign = "right";
-    ctx.fillText("events 0.." + (n - 1), WIDTH - RIGHT, TIMELINE_H - 3);
-    return off;
+    root.dataset.loadMs = (performance.now() - start).toFixed(1);
   }
 
   function draw(k) {
@@ -160,30 +95,19 @@ function render({ model, el }) {
     const c = rec.c, colours = rec.meta.colours;
     const { segs, blocks } = rec.stateAt(k);
     const { rows, rowH } = layoutRows(rec, segs);
-    const height = map.height;
-    // rows by segment address, to find each block's row by bisection
-    const byAddr = rows.slice().sort((a, b) => c.seg_address[a.seg] - c.seg_address[b.seg]);
-    for (const b of blocks) {
-      const a = c.block_address[b];
-      let lo = 0, hi = byAddr.length - 1, found = -1;
-      while (lo <= hi) {
-        const mid = (lo + hi) >> 1;
-        if (c.seg_address[byAddr[mid].seg] <= a) { found = mid; lo = mid + 1; } else hi = mid - 1;
-      }
-      if (found >= 0) {
-        const r = byAddr[found];
-        if (a < c.seg_address[r.seg] + c.seg_size[r.seg]) r.blocks.push(b);
-      }
-    }
-    const ctx = map.getContext("2d");
-    ctx.clearRect(0, 0, WIDTH, height);
-    const plotW = WIDTH - LEFT - RIGHT;
+    placeBlocks(rec, rows, blocks);
+    const ctx = map.getContext("2d"), span = view[1] - view[0];
+    ctx.clearRect(0, 0, WIDTH, map.height);
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LEFT, 0, PLOT_W, map.height);
+    ctx.clip();
     let drawn = 0, freeBlocks = 0;
     // free first (the segment's whole band), then the live blocks over it, a colour at a time
     ctx.fillStyle = colours.free;
     for (const r of rows) {
-      r.x = LEFT;
-      r.w = Math.max(2, (c.seg_size[r.seg] / r.scale) * plotW);
+      r.x = LEFT - (view[0] / span) * PLOT_W;
+      r.w = Math.max(2, (c.seg_size[r.seg] / r.scale / span) * PLOT_W);
       ctx.fillRect(r.x, r.y, r.w, r.h);
     }
     const px = (r, address) => r.x + ((address - c.seg_address[r.seg]) / c.seg_size[r.seg]) * r.w;
@@ -207,12 +131,12 @@ function render({ model, el }) {
       drawn += r.blocks.length;
       // the free blocks of a row are its gaps: count them as c10 keeps them, merged
       r.blocks.sort((a, b) => c.block_address[a] - c.block_address[b]);
-      let cursor = c.seg_address[r.seg];
+      let at = c.seg_address[r.seg];
       for (const b of r.blocks) {
-        if (c.block_address[b] > cursor) freeBlocks++;
-        cursor = c.block_address[b] + c.block_size[b];
+        if (c.block_address[b] > at) freeBlocks++;
+        at = c.block_address[b] + c.block_size[b];
       }
-      if (cursor < c.seg_address[r.seg] + c.seg_size[r.seg]) freeBlocks++;
+      if (at < c.seg_address[r.seg] + c.seg_size[r.seg]) freeBlocks++;
       if (c.seg_expandable[r.seg]) {
         ctx.strokeStyle = colours.expandable;
         ctx.setLineDash([4, 3]);
@@ -220,59 +144,95 @@ function render({ model, el }) {
         ctx.setLineDash([]);
       }
     }
+    const marked = drawRequest(ctx, k, rows, px);
+    ctx.restore();
     if (rowH >= 10) {
       ctx.fillStyle = "#333";
       for (const r of rows) ctx.fillText("seg " + r.number, 4, r.y + r.h - 2);
     }
-    // the timeline: the saved curves, then the cursor
-    const tctx = timeline.getContext("2d");
-    tctx.clearRect(0, 0, WIDTH, TIMELINE_H);
-    tctx.drawImage(timelineImage, 0, 0);
-    const cx = LEFT + ((k + 0.5) / rec.n) * plotW;
-    tctx.strokeStyle = "#000";
-    tctx.beginPath();
-    tctx.moveTo(cx, 2);
-    tctx.lineTo(cx, TIMELINE_H - 16);
-    tctx.stroke();
-
+    cursor.style.transform = "translateX(" + (LEFT + ((k + 0.5) / rec.n) * PLOT_W) + "px)";
     const action = rec.meta.actions[c.event_action[k]] || "?";
-    head.textContent = "event " + k + " of 0.." + (rec.n - 1) + ": " + action +
+    const text = "event " + k + " of 0.." + (rec.n - 1) + ": " + action +
       " · allocated " + sizeText(c.event_allocated[k]) + " · reserved " +
       sizeText(c.event_reserved[k]) + " · " + rows.length + " segment(s), " + drawn +
       " live block(s), " + freeBlocks + " free";
+    if (text !== headText) head.textContent = headText = text;
+    showVerdict(k);
     frame = { k, rows };
     current = k;
     if (String(slider.value) !== String(k)) slider.value = k;
-    root.dataset.event = k;
-    root.dataset.segments = rows.length;
-    root.dataset.blocks = drawn;
-    root.dataset.freeBlocks = freeBlocks;
+    Object.assign(root.dataset, { event: k, segments: rows.length, blocks: drawn,
+                                  freeBlocks, requestDrawn: marked ? 1 : 0 });
     root.dataset.drawMs = (performance.now() - start).toFixed(3);
   }
 
-  function sync(k) {
-    if (syncTimer !== null) return;
+  function drawRequest(ctx, k, rows, px) {
+    // the kernel's best fit, drawn only on the event it was computed for
+    const req = model.get("request") || {};
+    if (req.event !== k || !req.fit) return false;
+    const c = rec.c, r = rows.find(r => c.seg_address[r.seg] === req.fit.segment_address);
+    if (!r) return false;
+    const x0 = px(r, req.fit.address), x1 = Math.max(x0 + 2, px(r, req.fit.address + req.fit.take));
+    ctx.fillStyle = pattern;
+    ctx.fillRect(x0, r.y, x1 - x0, r.h);
+    ctx.strokeStyle = rec.meta.colours.request;
+    ctx.lineWidth = 2;
+    ctx.strokeRect(x0 + 1, r.y + 1, x1 - x0 - 2, Math.max(1, r.h - 2));
+    ctx.lineWidth = 1;
+    return true;
+  }
+
+  function showVerdict(k) {
+    const req = model.get("request") || {};
+    let text = "";
+    if (req.text !== undefined) text = req.event === k ? req.text : "request of " +
+      sizeText(req.bytes) + ": the kernel is working out event " + k + "\u2026";
+    if (text !== verdictText) verdict.textContent = verdictText = text;
+    root.dataset.request = req.event === k ? req.text || "" : "";
+  }
+
+  function sync() {
+    const now = performance.now();
+    if (syncTimer !== null) clearTimeout(syncTimer);
+    if (syncFirst === null) syncFirst = now;
     syncTimer = setTimeout(() => {
-      syncTimer = null;
+      syncTimer = syncFirst = null;
       if (model.get("index") !== current) {
         model.set("index", current);
         model.save_changes();
       }
-    }, SYNC_MS);
+    }, Math.max(0, Math.min(SYNC_MS, syncFirst + SYNC_MAX_MS - now)));
   }
 
   function jump(k) {
     k = Math.min(Math.max(k | 0, 0), rec.n - 1);
     if (k !== current) draw(k);
-    sync(k);
+    sync();
+  }
+
+  function zoom(factor, at) {
+    // keep the byte under the pointer (`at`, a fraction of the plot's width) where it is
+    const span = view[1] - view[0];
+    const next = Math.min(1, Math.max(MIN_SPAN, span * factor));
+    const fixed = view[0] + at * span;
+    const v0 = Math.min(Math.max(0, fixed - at * next), 1 - next);
+    setView(v0, v0 + next);
+  }
+
+  function setView(v0, v1) {
+    view = [v0, v1];
+    const f = 1 / (v1 - v0);
+    zoomText.textContent = f > 1.0001 ? " zoom x" + (f < 100 ? f.toFixed(1) : Math.round(f)) : "";
+    root.dataset.zoom = v0 + "," + v1;
+    if (rec) { const k = current; current = -1; draw(k); }
   }
 
   function hover(ev) {
     if (!frame) return;
-    const box = map.getBoundingClientRect();
-    const x = ev.clientX - box.left, y = ev.clientY - box.top;
+    const b0 = map.getBoundingClientRect();
+    const x = ev.clientX - b0.left, y = ev.clientY - b0.top;
     const c = rec.c, r = frame.rows.find(r => y >= r.y && y < r.y + Math.max(r.h, 2));
-    if (!r || x < r.x || x > r.x + r.w) { tip.style.display = "none"; root.dataset.hover = ""; return; }
+    if (!r || x < Math.max(r.x, LEFT) || x > Math.min(r.x + r.w, LEFT + PLOT_W)) return hide();
     const segAddr = c.seg_address[r.seg], segEnd = segAddr + c.seg_size[r.seg];
     const address = segAddr + ((x - r.x) / r.w) * c.seg_size[r.seg];
     // the live block under the pointer, else the free gap around it
@@ -296,36 +256,83 @@ function render({ model, el }) {
       lines = [sizeText(end - start) + " inactive (free, cached)", where + " +" +
                sizeText(start - segAddr)];
     }
+    showTip(lines, x, map.offsetTop + y);
+  }
+
+  function showTip(lines, x, y) {
     tip.textContent = lines.join("\n");
     root.dataset.hover = lines.join(" | ");
-    tip.style.left = Math.min(x + 12, WIDTH - 260) + "px";
-    tip.style.top = (map.offsetTop + y + 14) + "px";
+    tip.style.left = Math.min(x + 12, WIDTH - 300) + "px";
+    tip.style.top = (y + 14) + "px";
     tip.style.display = "block";
   }
 
+  function hide() { tip.style.display = "none"; root.dataset.hover = ""; }
+
   function fromTimeline(ev) {
-    const box = timeline.getBoundingClientRect();
-    const plotW = WIDTH - LEFT - RIGHT;
-    jump(Math.floor(((ev.clientX - box.left - LEFT) / plotW) * rec.n));
+    const b0 = timeline.getBoundingClientRect();
+    jump(Math.floor(((ev.clientX - b0.left - LEFT) / PLOT_W) * rec.n));
+  }
+
+  function onWheel(ev) {
+    ev.preventDefault();
+    const b0 = map.getBoundingClientRect();
+    const at = Math.min(1, Math.max(0, (ev.clientX - b0.left - LEFT) / PLOT_W));
+    zoom(ev.deltaY < 0 ? 0.8 : 1.25, at);
+    hover(ev);
+  }
+
+  function onPan(ev) {
+    if (view[1] - view[0] >= 1) return;
+    let last = ev.clientX;
+    const move = e => {
+      const span = view[1] - view[0];
+      const v0 = Math.min(Math.max(0, view[0] - ((e.clientX - last) / PLOT_W) * span), 1 - span);
+      last = e.clientX;
+      setView(v0, v0 + span);
+    };
+    const up = () => { window.removeEventListener("mousemove", move);
+                       window.removeEventListener("mouseup", up); };
+    window.addEventListener("mousemove", move);
+    window.addEventListener("mouseup", up);
   }
 
   slider.addEventListener("input", () => jump(Number(slider.value)));
+  buttons[0].addEventListener("click", () => zoom(0.5, 0.5));
+  buttons[1].addEventListener("click", () => zoom(2, 0.5));
+  buttons[2].addEventListener("click", () => setView(0, 1));
   map.addEventListener("mousemove", hover);
-  map.addEventListener("mouseleave", () => { tip.style.display = "none"; });
+  map.addEventListener("mouseleave", hide);
+  map.addEventListener("wheel", onWheel, { passive: false });
+  map.addEventListener("mousedown", onPan);
+  map.addEventListener("dblclick", () => setView(0, 1));
+  timeline.addEventListener("mousemove", ev => {
+    const b0 = timeline.getBoundingClientRect();
+    const lines = timelineHover(rec, drawnTimeline, ev.clientX - b0.left, ev.clientY - b0.top);
+    lines ? showTip(lines, ev.clientX - b0.left, box.offsetTop + ev.clientY - b0.top) : hide();
+  });
+  timeline.addEventListener("mouseleave", hide);
   timeline.addEventListener("mousedown", ev => {
     fromTimeline(ev);
     const move = e => fromTimeline(e);
-    const up = () => { window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); };
+    const up = () => { window.removeEventListener("mousemove", move);
+                       window.removeEventListener("mouseup", up); };
     window.addEventListener("mousemove", move);
     window.addEventListener("mouseup", up);
   });
   const onIndex = () => { const k = model.get("index"); if (rec && k !== current) draw(k); };
+  const onRequest = () => {
+    if (rec && current >= 0) { const k = current; current = -1; draw(k); }
+  };
   const onData = () => load();
   model.on("change:index", onIndex);
+  model.on("change:request", onRequest);
   model.on("change:data", onData);
+  setView(0, 1);
   load();
   return () => {
     model.off("change:index", onIndex);
+    model.off("change:request", onRequest);
     model.off("change:data", onData);
     if (syncTimer !== null) clearTimeout(syncTimer);
   };

@@ -15,7 +15,9 @@ compared before and after, so a record is never guessed from the trace twice.
 ``encode(history)`` returns ``(meta, data)``: ``meta`` is JSON (counts, frame strings, action
 names and where each column lies in ``data``), ``data`` the columns as little-endian typed arrays,
 each padded to 8 bytes so that JavaScript can view them in place. ``decode(meta, data)`` reads
-them back in Python (the round trip the tests check against the History).
+them back in Python (the round trip the tests check against the History). A block's ``born`` is
+the time of the alloc that made it, kept when its free is requested: the order in which the
+browser's stacked timeline piles the live blocks, as ``gpumemlab.viz.active_timeline`` does.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ _SEGMENT_ACTIONS = ("segment_alloc", "segment_free", "segment_map", "segment_unm
 SEGMENT_COLUMNS = {"seg_address": "d", "seg_size": "d", "seg_stream": "d", "seg_t0": "i",
                    "seg_t1": "i", "seg_pool": "B", "seg_expandable": "B"}
 BLOCK_COLUMNS = {"block_address": "d", "block_size": "d", "block_requested": "d",
-                 "block_t0": "i", "block_t1": "i", "block_state": "B", "block_frame": "i"}
+                 "block_t0": "i", "block_t1": "i", "block_state": "B", "block_frame": "i",
+                 "block_born": "i"}
 EVENT_COLUMNS = {"event_allocated": "d", "event_reserved": "d", "event_action": "B"}
 _JS_TYPES = {"d": "Float64Array", "i": "Int32Array", "B": "Uint8Array"}
 
@@ -111,6 +114,7 @@ def encode(history) -> tuple[dict, bytes]:
     n = len(events)
     segs, blocks, frames = _Records(SEGMENT_COLUMNS), _Records(BLOCK_COLUMNS), _Frames()
     frame_at = {}  # block address -> frame number of the alloc that made it
+    born_at = {}   # block address -> t of the alloc that made it (the stacked timeline's order)
     for s in history.final_segments:   # blocks alive at the end keep their recorded frames
         offset = s["address"]
         for b in s["blocks"]:
@@ -127,7 +131,8 @@ def encode(history) -> tuple[dict, bytes]:
     def open_block(key, t):
         address, size, requested, state = key
         blocks.start(key, t, address=address, size=size, requested=requested,
-                     state=STATE_CODES[state], frame=frame_at.get(address, -1))
+                     state=STATE_CODES[state], frame=frame_at.get(address, -1),
+                     born=born_at.get(address, t))
 
     state = history.initial.copy()
     for seg in (state.segs[a] for a in state.addrs):
@@ -143,6 +148,7 @@ def encode(history) -> tuple[dict, bytes]:
         seg_after, block_after = _view(state, action, addr, size)
         if action == "alloc":
             frame_at[addr] = frames.number(e.get("frames"))
+            born_at[addr] = i + 1
         t = i + 1
         for key in seg_before - seg_after:
             segs.end(key, t)

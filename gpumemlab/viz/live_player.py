@@ -15,12 +15,13 @@ widget view (``gpumemlab.viz.static``), so an exported notebook shows the frame.
 Where a front end is there (a Jupyter kernel, ``GPUMEMLAB_HEADLESS`` unset) and anywidget
 imports, the frame is drawn in the browser instead (``gpumemlab.viz.canvas_widget``): the whole
 recording goes there once and the browser redraws on every slider move; the PNG is then made only
-when asked for (``player.png``, the exported copy). Headless, under nbval, it is the PNG as before.
+when asked for (``player.png``, the exported copy). A ``request``'s best fit and verdict are still
+worked out here, for each event the kernel hears of, and sent to the browser to mark. Headless,
+under nbval, it is the PNG as before.
 """
 from __future__ import annotations
 
 import io
-import os
 import textwrap
 from html import escape
 
@@ -227,7 +228,12 @@ class Player:
         if self.canvas_widget is None:
             self._draw_frame()
         else:   # the browser draws; the PNG waits until someone reads player.png
-            self.canvas_widget.index = k
+            from gpumemlab.viz.canvas_widget import request_mark
+            with self.canvas_widget.hold_sync():
+                self.canvas_widget.index = k
+                if self.request is not None:   # c10's fit and verdict, worked out here
+                    self.canvas_widget.request = request_mark(k, self.blockmap_info,
+                                                              self._segments)
         self._texts()
 
     @property
@@ -322,21 +328,10 @@ class Player:
 
 
 def _canvas(history, wanted):
-    """The browser's block map for ``history``, or None for the PNG: ``wanted`` True or False
-    decides; None asks for a Jupyter kernel, ``GPUMEMLAB_HEADLESS`` unset and anywidget."""
-    if wanted is False:
+    """The browser's block map for ``history``, or None for the PNG (``front_end``)."""
+    from gpumemlab.viz.front_end import browser_wanted
+    if not browser_wanted(wanted):
         return None
-    if wanted is None:
-        if os.environ.get("GPUMEMLAB_HEADLESS"):
-            return None
-        try:
-            from IPython import get_ipython
-            import anywidget  # noqa: F401
-        except ImportError:
-            return None
-        ip = get_ipython()
-        if ip is None or getattr(ip, "kernel", None) is None:
-            return None
     from gpumemlab.viz.canvas_widget import CanvasPlayer
     return CanvasPlayer(history, index=len(history) - 1)
 

@@ -16,7 +16,11 @@ frames are kept per combination of values, so going back to a setting shows it a
 ``update(**values)`` does what a control change does (tests, benchmarks); ``last_ms`` is the time
 the last update took (``last_cpu_ms`` its CPU time). The MIME bundle carries the current figure as PNG and HTML too
 (``gpumemlab.viz.static``). Headless (``GPUMEMLAB_HEADLESS``) no widget is made: the object shows
-the figure of the first values, with a line naming the choices.
+the figure of the first values, with a line naming the choices. Where a front end is there
+(``gpumemlab.viz.front_end``), a result with history is drawn in the browser instead
+(``gpumemlab.viz.canvas_widget``: the block map at the same moment, its slider over the whole
+run, the stacked timeline): each combination's recording is packed once and sent when chosen,
+and the PNG is drawn only when asked for (``png``, the exported copy).
 """
 from __future__ import annotations
 
@@ -26,15 +30,17 @@ import time
 from gpumemlab.recordings.gc_pause import collector_paused
 
 
-def whatif(workload, *, title=None, at: str = "peak", dpi: int = 72, **controls) -> "WhatIf":
+def whatif(workload, *, title=None, at: str = "peak", dpi: int = 72, canvas=None,
+           **controls) -> "WhatIf":
     """Controls over ``workload`` (a callable taking the control names as keyword arguments, or a
     recording to replay with ``alloc_conf`` / ``total_memory``). ``at`` is the moment the block
-    map shows: "peak" (most memory allocated) or "end" (the last event)."""
-    return WhatIf(workload, title=title, at=at, dpi=dpi, **controls)
+    map shows: "peak" (most memory allocated) or "end" (the last event). ``canvas``: draw in the
+    browser (True), as a PNG (False), or None: the browser when a front end is there."""
+    return WhatIf(workload, title=title, at=at, dpi=dpi, canvas=canvas, **controls)
 
 
 class WhatIf:
-    def __init__(self, workload, *, title=None, at="peak", dpi=72, **controls):
+    def __init__(self, workload, *, title=None, at="peak", dpi=72, canvas=None, **controls):
         if at not in ("peak", "end"):
             raise ValueError(f"at must be 'peak' or 'end', got {at!r}")
         self.at = at
@@ -48,9 +54,15 @@ class WhatIf:
         self.workload = workload if callable(workload) else _replayer(workload)
         self.title, self.dpi = title, dpi
         self.values = {k: v[0] for k, v in self.controls.items()}
-        self._cache, self.last_ms, self.png, self.line = {}, None, b"", ""
+        self._cache, self.last_ms, self._png, self.line = {}, None, b"", ""
         self.last_cpu_ms, self._figure, self._frames = None, None, {}
+        self._payloads, self.canvas_widget = {}, None
         self.widget = None if os.environ.get("GPUMEMLAB_HEADLESS") else self._build_widgets()
+        if self.widget is not None:
+            from .front_end import browser_wanted
+            self._browser = browser_wanted(canvas)
+        else:
+            self._browser = False
         self.update()
 
     def result(self, **values):
@@ -73,22 +85,63 @@ class WhatIf:
         start, cpu = time.perf_counter(), time.process_time()
         self.values.update(values)
         key = tuple((k, repr(self.values[k])) for k in sorted(self.values))
+        self._key = key
         try:
             if key not in self._frames:   # a combination seen before is not drawn again
-                source = self.result(**self.values)
-                if isinstance(source, tuple):   # (source, what keeps its tensors alive, ...)
-                    source = source[0]
-                self._frames[key] = (self._draw(source), _summary(source))
-            self.png, self.line = self._frames[key]
+                source = self._source()
+                # the browser draws a recording with history; the PNG waits until asked for
+                png = None if self._browser and self._to_browser(key, source) else \
+                    self._draw(source)
+                self._frames[key] = (png, _summary(source))
+            self._png, self.line = self._frames[key]
         except Exception as exc:  # a workload that breaks under one setting: say so, stay live
             self.line = f"this combination could not be drawn: {type(exc).__name__}: {exc}"
         self.last_ms = 1000 * (time.perf_counter() - start)
         self.last_cpu_ms = 1000 * (time.process_time() - cpu)
         if self.widget is not None:
-            self.image.value = self.png
+            self._show_frame(key)
             from html import escape
             self.text.value = f"<b>{escape(self._choice())}</b>: {escape(self.line)}"
         return self
+
+    @property
+    def png(self) -> bytes:
+        """The current frame as PNG bytes (drawn now if the browser drew it)."""
+        if self._png is None:
+            self._png = self._draw(self._source())
+            self._frames[self._key] = (self._png, self.line)
+        return self._png
+
+    def _source(self):
+        source = self.result(**self.values)
+        return source[0] if isinstance(source, tuple) else source   # (source, its tensors...)
+
+    def _to_browser(self, key, source) -> bool:
+        """The recording's payload for the browser, made once per combination; False for a
+        source without history (a replay result's final state), which stays a PNG."""
+        from .history import History
+        history = History(source)
+        if not len(history):
+            return False
+        from .canvas_widget import payload
+        allocated = history.totals["allocated_bytes"]
+        peak = len(history) - 1 if self.at == "end" else \
+            max(range(len(history)), key=allocated.__getitem__)
+        self._payloads[key] = payload(history) + (peak,)
+        return True
+
+    def _show_frame(self, key) -> None:
+        if key not in self._payloads:
+            self.image.value = self.png
+            self.frame.children = (self.image,)
+            return
+        from .canvas_widget import CanvasPlayer
+        meta, data, peak = self._payloads[key]
+        if self.canvas_widget is None:
+            self.canvas_widget = CanvasPlayer(packed=(meta, data), index=peak)
+        else:
+            self.canvas_widget.show(meta, data, peak)
+        self.frame.children = (self.canvas_widget,)
 
     def _choice(self) -> str:
         return ", ".join(f"{k}={_show(v)}" for k, v in self.values.items())
@@ -199,7 +252,8 @@ class WhatIf:
             self.inputs[name] = field
         self.image = w.Image(format="png")
         self.text = w.HTML()
-        return w.VBox([w.HBox(list(self.inputs.values())), self.text, self.image])
+        self.frame = w.Box([self.image])   # the PNG, or the browser's drawing
+        return w.VBox([w.HBox(list(self.inputs.values())), self.text, self.frame])
 
     def _repr_mimebundle_(self, **kwargs):
         from .static import escape, png_img, widget_bundle

@@ -9,10 +9,10 @@ import random
 SIZES = (512, 70_000, 3 << 20, 40 << 20, 300 << 20)
 
 
-def recording(n_ops: int, seed: int = 5) -> dict:
+def recording(n_ops: int, seed: int = 5, alloc_conf=None) -> dict:
     """The snapshot (segments and the whole trace) after ``n_ops`` operations."""
     import gpumemlab as gml
-    gpu = gml.SimulatedGPU("8GiB", max_entries=4 * n_ops + 1000)
+    gpu = gml.SimulatedGPU("8GiB", alloc_conf, max_entries=4 * n_ops + 1000)
     rng = random.Random(seed)
     live = []
     for i in range(n_ops):

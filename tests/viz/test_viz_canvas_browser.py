@@ -48,11 +48,11 @@ def notebook_cells(n_ops: int) -> list:
 
 
 @contextlib.contextmanager
-def lab_with_notebook(tmp, n_ops: int):
-    """JupyterLab on ``tmp`` holding canvas.ipynb, and Chromium showing it with its cells run;
-    yields the Browser once the widget has drawn."""
+def lab_with_notebook(tmp, n_ops: int, cells=None):
+    """JupyterLab on ``tmp`` holding canvas.ipynb (``cells``, default ``notebook_cells``), and
+    Chromium showing it with its cells run; yields the Browser once the widget has drawn."""
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c)
-                                         for c in notebook_cells(n_ops)])
+                                         for c in cells or notebook_cells(n_ops)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     nbformat.write(nb, tmp / "canvas.ipynb")
@@ -79,9 +79,11 @@ def lab_with_notebook(tmp, n_ops: int):
                              " const k = w && w.content.widgets.length && w.sessionContext.session"
                              " && w.sessionContext.session.kernel; return !!k && k.status === 'idle';"
                              " })()", "the notebook's kernel to be idle", limit=120)
-            browser.js(f"(async () => {{ const a = window.jupyterapp; const w = {NOTEBOOK};"
+            # started, not awaited: the command resolves when the cells have run, which on a
+            # loaded machine outlasts one DevTools call (30 s); the wait below is the limit
+            browser.js(f"(() => {{ const a = window.jupyterapp; const w = {NOTEBOOK};"
                        " a.shell.activateById(w.id);"
-                       " await a.commands.execute('notebook:run-all-cells'); return true; })()")
+                       " a.commands.execute('notebook:run-all-cells'); return true; })()")
             browser.wait_for(f"{ROOT_EL} && {ROOT_EL}.dataset.event !== undefined",
                              f"the canvas player to draw (lab log {tmp / 'lab.log'})", limit=240)
             yield browser
