@@ -63,18 +63,38 @@ def _orders_11():
 RIGHT["11.ex"] = _orders_11
 
 
-def _largest_06():
-    # bisect on the simulator: the largest request that fits (to 512 B)
-    from gpumemlab.lessons.expandable_segments import fragmented_06
-    lo, hi = 0, 8 << 30
-    while hi - lo > 512:
-        mid = (lo + hi) // 1024 * 512
-        lo, hi = (mid, hi) if fragmented_06("expandable_segments:True", request=mid)[2] \
-            else (lo, mid)
-    return lo
+def _tensors_to_free_06():
+    # the reasoning: the tensors sit one after another from the segment's start; a run of freed
+    # neighbours gives back the whole 20 MiB pages inside it (past the last tensor, the rest of
+    # its page too), a page it shares with a kept tensor stays mapped. Choose the runs, each
+    # followed by a kept tensor, that give back the most pages within the budget
+    from functools import lru_cache
+    from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, PAGE_06, SIZES_06
+    ends = [sum(SIZES_06[:i + 1]) * MiB for i in range(len(SIZES_06))]
+    n = len(SIZES_06)
+
+    def pages(a, b):
+        start = ends[a - 1] if a else 0
+        top = -(-ends[b] // PAGE_06) if b == n - 1 else ends[b] // PAGE_06
+        return max(0, top - -(-start // PAGE_06))
+
+    @lru_cache(maxsize=None)
+    def best(i, left):
+        if i >= n:
+            return 0, ()
+        top = best(i + 1, left)
+        for b in range(i, n):
+            cost = sum(SIZES_06[i:b + 1]) * MiB
+            if cost > left:
+                break
+            got, plan = best(b + 2, left - cost)
+            if pages(i, b) + got > top[0]:
+                top = pages(i, b) + got, tuple(range(i, b + 1)) + plan
+        return top
+    return list(best(0, FREE_AT_MOST_06)[1])
 
 
-RIGHT["06.ex"] = _largest_06()
+RIGHT["06.ex"] = _tensors_to_free_06
 
 
 def _largest_batch_07():

@@ -1,0 +1,105 @@
+"""Exercises the lessons' own functions cannot answer by a loop (issue 35 item 4): 06.ex, 07.ex,
+09.ex and 15.ex once asked for the edge of one number (the largest tensor, batch or threshold,
+the smallest card) that a bisection over the lesson's own function found in seconds. Each now
+asks for a plan the function does not take as an argument; the right plan passes, the likely
+wrong ones hear the rule they miss, and the search that worked before is refused or priced here
+by the cost of one judged run times the runs it must make first."""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+from math import comb
+
+from gpumemlab.lessons import judge
+from gpumemlab.units import MiB
+
+from lesson_answers import RIGHT
+
+
+def _per_call(ex_id, answers) -> float:
+    start = time.perf_counter()
+    for a in answers:
+        judge(ex_id, a)
+    return (time.perf_counter() - start) / len(answers)
+
+
+# -- 06.ex: once the largest tensor after lesson 02's frees (a bisection of fragmented_06's
+# request, 23 runs); now which of 24 tensors to free so that REQUEST_06() fits
+def _most_pages_06(at_most: int) -> int:
+    """The most pages a plan of at most ``at_most`` tensors within the budget gives back, by the
+    page rule (runs of freed neighbours give back the whole pages inside them)."""
+    from gpumemlab.lessons.expandable_segments import (FREE_AT_MOST_06, SIZES_06,
+                                                       _pages_back)
+    n = len(SIZES_06)
+
+    @lru_cache(maxsize=None)
+    def best(i, left, k):
+        if i >= n or k == 0:
+            return 0
+        top = best(i + 1, left, k)
+        for b in range(i, min(n, i + k)):
+            cost = sum(SIZES_06[i:b + 1]) * MiB
+            if cost > left:
+                break
+            top = max(top, _pages_back(range(i, b + 1))
+                      + best(b + 2, left - cost, k - (b - i + 1)))
+        return top
+    return best(0, FREE_AT_MOST_06, at_most)
+
+
+def test_06_ex_the_right_plan_passes_and_a_size_is_no_answer():
+    from gpumemlab.lessons.expandable_segments import REQUEST_06, layout_06
+    right = RIGHT["06.ex"]()
+    assert judge("06.ex", right).passed and layout_06(right, request=REQUEST_06())[2]
+    # the old exercise's answer shape, a size such as a bisection of layout_06's request finds,
+    # is refused as a shape (not counted), and freeing nothing leaves no room
+    lone = judge("06.ex", "700 MiB")
+    assert not lone.passed and not lone.counted
+    assert not judge("06.ex", []).passed and not layout_06((), request=REQUEST_06())[2]
+
+
+def test_06_ex_the_page_rule_is_the_simulators():
+    # the rule the test prices the search with agrees with the judge's simulated card
+    import random
+    from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, SIZES_06, _pages_back
+    need = _most_pages_06(len(SIZES_06))
+    rng = random.Random(6)
+    plans = [sorted(rng.sample(range(len(SIZES_06)), rng.randrange(1, 9))) for _ in range(60)]
+    plans = [p for p in plans if sum(SIZES_06[i] for i in p) * MiB <= FREE_AT_MOST_06]
+    plans.append(RIGHT["06.ex"]())
+    assert len(plans) > 20
+    assert all(judge("06.ex", p).passed == (_pages_back(p) >= need) for p in plans)
+
+
+def test_06_ex_the_obvious_brute_force_needs_minutes():
+    from gpumemlab.lessons.expandable_segments import SIZES_06
+    n, need = len(SIZES_06), _most_pages_06(len(SIZES_06))
+    # no plan of six tensors or fewer gives back enough pages: a search by growing set size
+    # judges every set of six or fewer first
+    assert _most_pages_06(6) < need and _most_pages_06(7) == need
+    first = sum(comb(n, j) for j in range(7))
+    assert first > 190_000
+    cost = _per_call("06.ex", [[i, i + 1, i + 2] for i in range(n - 2)])
+    assert first * cost > 5 * 60, f"{first} runs of {1000 * cost:.1f} ms"
+    # and with a budget of two seconds it finds nothing
+    from itertools import combinations
+    deadline, found = time.perf_counter() + 2, False
+    for k in range(1, n + 1):
+        for plan in combinations(range(n), k):
+            if time.perf_counter() > deadline or found:
+                break
+            found = judge("06.ex", list(plan)).passed
+    assert not found
+
+
+def test_06_ex_likely_wrong_plans_name_the_rule():
+    from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, SIZES_06
+    # "free the biggest tensors the budget allows": separate holes, each keeps its edge pages
+    biggest, spent = [], 0
+    for i in sorted(range(len(SIZES_06)), key=lambda i: -SIZES_06[i]):
+        if spent + SIZES_06[i] * MiB <= FREE_AT_MOST_06:
+            biggest, spent = biggest + [i], spent + SIZES_06[i] * MiB
+    v = judge("06.ex", biggest)
+    assert not v.passed and "shares with tensors that stay" in v.message
+    assert "more than the" in judge("06.ex", list(range(len(SIZES_06)))).message
+    assert "nothing freed" in judge("06.ex", []).message
