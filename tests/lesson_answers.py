@@ -187,13 +187,18 @@ def _cheapest_levers_14():
 RIGHT["14.ex"] = _cheapest_levers_14
 
 
-def _largest_threshold_15():
-    # the largest threshold that fits, found by walking down from the activation's size in MiB
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15, offload_fits_host
-    t = -(-EX_STEP_15["act_bytes"] // MiB)
-    while offload_fits_host(t)["oom"] is not None:
-        t -= 1
-    return t
+def _offloaded_layers_15():
+    # the reasoning: every offloaded activation stays pinned until backward; one at most the
+    # threshold pins the next power of two, one above it its exact size. Offload the set that
+    # moves the most activation bytes within the host, a knapsack over the pinned blocks
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15, THRESHOLD_15
+    blocks = [1 << (a - 1).bit_length() if a <= THRESHOLD_15 * MiB else a for a in EX_ACTS_15]
+    plans = {0: (0, [])}
+    for i, (size, block) in enumerate(zip(EX_ACTS_15, blocks)):
+        for pinned, (moved, chosen) in list(plans.items()):
+            if pinned + block <= EX_HOST_15 and plans.get(pinned + block, (-1,))[0] < moved + size:
+                plans[pinned + block] = (moved + size, chosen + [i])
+    return max(plans.values())[1]
 
 
-RIGHT["15.ex"] = _largest_threshold_15
+RIGHT["15.ex"] = _offloaded_layers_15

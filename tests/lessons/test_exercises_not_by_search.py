@@ -103,3 +103,68 @@ def test_06_ex_likely_wrong_plans_name_the_rule():
     assert not v.passed and "shares with tensors that stay" in v.message
     assert "more than the" in judge("06.ex", list(range(len(SIZES_06)))).message
     assert "nothing freed" in judge("06.ex", []).message
+
+
+# -- 15.ex: once the largest pinned_max_round_threshold_mb under which the offloaded step fits
+# the host (compare_15 or offload_fits_host walked down from the activation's size: a few runs);
+# now which of 20 layers to offload under the lesson's threshold, the rest recomputed
+def _blocks_15():
+    from gpumemlab.allocator.host.rounding import host_round_size
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, THRESHOLD_15
+    return [host_round_size(a, THRESHOLD_15 * MiB) for a in EX_ACTS_15]
+
+
+def test_15_ex_the_right_plan_passes_and_a_threshold_is_no_answer():
+    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_HOST_15, RECOMPUTE_AT_MOST_15,
+                                                         planned_step_15)
+    right = RIGHT["15.ex"]()
+    run = planned_step_15(right)
+    assert judge("15.ex", right).passed and run["oom"] is None
+    assert run["recomputed_bytes"] == RECOMPUTE_AT_MOST_15()
+    assert run["host_peak_bytes"] == sum(_blocks_15()[i] for i in right) <= EX_HOST_15
+    # the old answer's shape (a threshold, as compare_15 over thresholds found it) is refused
+    for old in (45, "45 MiB", "pinned_max_round_threshold_mb:45"):
+        v = judge("15.ex", old)
+        assert not v.passed and not v.counted
+
+
+def test_15_ex_the_obvious_brute_force_needs_minutes():
+    from itertools import combinations
+    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_ACTS_15, EX_HOST_15,
+                                                         RECOMPUTE_AT_MOST_15)
+    n, blocks, most = len(EX_ACTS_15), _blocks_15(), RECOMPUTE_AT_MOST_15()
+    # by the rule the judge's host follows (checked above on the right plan), exactly one plan
+    # passes, of 8 layers: a search by growing set size judges every set of 7 or fewer first
+    passing = [p for k in range(n + 1) for p in combinations(range(n), k)
+               if sum(blocks[i] for i in p) <= EX_HOST_15
+               and sum(EX_ACTS_15) - sum(EX_ACTS_15[i] for i in p) <= most]
+    assert passing == [tuple(RIGHT["15.ex"]())] and len(passing[0]) == 8
+    first = sum(comb(n, j) for j in range(8))
+    cost = _per_call("15.ex", [[i] for i in range(n)])
+    assert first * cost > 10 * 60, f"{first} runs of {1000 * cost:.1f} ms"
+    # the search over the lesson's threshold knob finds no plan: every threshold is refused
+    assert not any(judge("15.ex", t).counted for t in (16, 32, 64, 128))
+
+
+def test_15_ex_likely_wrong_plans_name_the_rule():
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15
+    n, blocks = len(EX_ACTS_15), _blocks_15()
+
+    def fill(order, cost):
+        plan, spent = [], 0
+        for i in order:
+            if spent + cost[i] <= EX_HOST_15:
+                plan, spent = plan + [i], spent + cost[i]
+        return sorted(plan)
+    largest = sorted(range(n), key=lambda i: -EX_ACTS_15[i])
+    # the host budget counted at the activations' own sizes: the rounding overflows it
+    v = judge("15.ex", fill(largest, EX_ACTS_15))
+    assert not v.passed and "pinned as the next power of two" in v.message
+    # counted right, but filled largest first or best ratio first: it runs, recomputing more
+    by_ratio = sorted(range(n), key=lambda i: -EX_ACTS_15[i] / blocks[i])
+    for plan in (fill(largest, blocks), fill(by_ratio, blocks)):
+        v = judge("15.ex", plan)
+        assert not v.passed and v.figures["oom"] is None and "recomputes" in v.message
+    # everything offloaded, or nothing
+    assert "runs out" in judge("15.ex", list(range(n))).message
+    assert "more than" in judge("15.ex", []).message
