@@ -97,19 +97,24 @@ def _tensors_to_free_06():
 RIGHT["06.ex"] = _tensors_to_free_06
 
 
-def _largest_batch_07():
-    # bisect on replays of the recorded step, between a batch that fits and one that does not
-    from gpumemlab.lessons.activations import exercise_card_07, fits_07
-    card = exercise_card_07()
-    lo, hi = 64, 128
-    assert fits_07(lo, True, card) and not fits_07(hi, True, card)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits_07(mid, True, card) else (lo, mid)
-    return lo
+def _layers_to_checkpoint_07():
+    # the reasoning: at layer i's backward the card holds the weights, the outputs of layers 0..i,
+    # a gradient, layer i's own internals (kept or made again) and the internals kept before i;
+    # each layer bounds what the layers before it keep. Keep the most internals under every
+    # bound: a subset sum over the layers in order, the states pruned by each bound
+    from gpumemlab.lessons.activations import (EX_INTERNALS_07, EX_LIMIT_07, EX_OUTPUT_07,
+                                               EX_WEIGHTS_07)
+    kept = {0: []}
+    for i, size in enumerate(EX_INTERNALS_07):
+        bound = EX_LIMIT_07 - EX_WEIGHTS_07 - (i + 1) * EX_OUTPUT_07 - EX_OUTPUT_07 - size
+        kept = {k: plan for k, plan in kept.items() if k <= bound}
+        grown = {k: plan + [i] for k, plan in kept.items()}
+        grown.update({k + size: plan for k, plan in kept.items()})
+        kept = grown
+    return kept[max(kept)]
 
 
-RIGHT["07.ex"] = _largest_batch_07
+RIGHT["07.ex"] = _layers_to_checkpoint_07
 
 
 def _block_08():

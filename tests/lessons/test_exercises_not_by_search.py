@@ -168,3 +168,80 @@ def test_15_ex_likely_wrong_plans_name_the_rule():
     # everything offloaded, or nothing
     assert "runs out" in judge("15.ex", list(range(n))).message
     assert "more than" in judge("15.ex", []).message
+
+
+# -- 07.ex: once the largest batch with checkpointing on a card (a bisection of fits_07 between
+# batches 64 and 128: 6 replays); now which of 24 layers of a deeper model to checkpoint, which
+# record_step (all blocks or none) cannot express
+def _peak_07(checkpointed) -> int:
+    """The live bytes at the step's peak by the rule the hints teach (layer i's backward)."""
+    from gpumemlab.lessons.activations import EX_INTERNALS_07, EX_OUTPUT_07, EX_WEIGHTS_07
+    kept, top = 0, 0
+    for i, size in enumerate(EX_INTERNALS_07):
+        top = max(top, kept + (i + 1) * EX_OUTPUT_07 + size)
+        kept += 0 if i in checkpointed else size
+    return EX_WEIGHTS_07 + EX_OUTPUT_07 + top
+
+
+def test_07_ex_the_right_plan_passes_and_a_batch_is_no_answer():
+    from gpumemlab.lessons.activations import (EX_LIMIT_07, RECOMPUTE_AT_MOST_07,
+                                               selective_step_07)
+    right = RIGHT["07.ex"]()
+    run = selective_step_07(right)
+    assert judge("07.ex", right).passed
+    assert run["peak_live"] <= EX_LIMIT_07 and run["recomputed_bytes"] == RECOMPUTE_AT_MOST_07()
+    # the old answer (a batch size) is refused as a shape; the lesson's own two choices, every
+    # block checkpointed or none, fail with the rule they miss
+    assert not judge("07.ex", 90).counted
+    every, none = judge("07.ex", list(range(24))), judge("07.ex", [])
+    assert not every.passed and "more than" in every.message
+    assert not none.passed and "over the" in none.message
+
+
+def test_07_ex_the_rule_is_the_simulators():
+    import random
+    from gpumemlab.lessons.activations import EX_INTERNALS_07, selective_step_07
+    rng = random.Random(7)
+    for _ in range(40):
+        plan = set(rng.sample(range(len(EX_INTERNALS_07)), rng.randrange(len(EX_INTERNALS_07))))
+        assert selective_step_07(plan)["peak_live"] == _peak_07(plan)
+
+
+def test_07_ex_the_obvious_brute_force_needs_minutes():
+    from itertools import combinations
+    from gpumemlab.lessons.activations import (EX_INTERNALS_07, EX_LIMIT_07,
+                                               RECOMPUTE_AT_MOST_07)
+    n, most = len(EX_INTERNALS_07), RECOMPUTE_AT_MOST_07()
+    # no plan of seven layers or fewer passes (by the rule checked above): a search by growing
+    # set size judges every one of them first
+    for k in range(8):
+        assert not any(sum(EX_INTERNALS_07[i] for i in p) <= most
+                       and _peak_07(set(p)) <= EX_LIMIT_07 for p in combinations(range(n), k))
+    first = sum(comb(n, j) for j in range(8))
+    cost = _per_call("07.ex", [[i, (i + 5) % n] for i in range(n)])
+    assert first * cost > 10 * 60, f"{first} runs of {1000 * cost:.1f} ms"
+
+
+def test_07_ex_likely_wrong_plans_name_the_rule():
+    from gpumemlab.lessons.activations import (EX_INTERNALS_07, EX_LIMIT_07, EX_OUTPUT_07,
+                                               EX_WEIGHTS_07)
+    n = len(EX_INTERNALS_07)
+    # "what stays after forward must fit": checkpoint the largest layers until it does; it
+    # fits, but makes far more again than needed, since late layers' internals weigh on little
+    plan = []
+    for i in sorted(range(n), key=lambda i: -EX_INTERNALS_07[i]):
+        if EX_WEIGHTS_07 + n * EX_OUTPUT_07 + sum(
+                s for j, s in enumerate(EX_INTERNALS_07) if j not in plan) <= EX_LIMIT_07:
+            break
+        plan.append(i)
+    v = judge("07.ex", sorted(plan))
+    assert not v.passed and "weigh only on the layers after it" in v.message
+    # the first layers keep everything, the later ones are checkpointed: the peak comes at a
+    # checkpointed layer's backward, its internals made again on top of all kept before it
+    v = judge("07.ex", list(range(14, n)))
+    assert not v.passed and "made again while the internals kept before it" in v.message
+    assert "backward" in judge("07.ex", []).message
+    right = RIGHT["07.ex"]()
+    # the last layer checkpointed saves nothing
+    v = judge("07.ex", sorted(set(right) | {n - 1}))
+    assert not v.passed and f"layer {n - 1} is checkpointed" in v.message
