@@ -126,21 +126,22 @@ def _block_08():
 RIGHT["08.ex"] = _block_08
 
 
-def _smallest_card_09():
-    # bisect the card size on replays of the recording (to 1 MiB), between the bytes the run
-    # allocated at its peak (cannot fit) and the recorded card (fits)
-    from gpumemlab.lessons.diagnose_your_run import fits_09, recording_09
-    from gpumemlab.recordings.replay import replay
-    recorded = replay(recording_09())
-    lo, hi = recorded.peak_allocated // (1 << 20) * (1 << 20), recorded.total_memory
-    assert not fits_09(lo) and fits_09(hi)
-    while hi - lo > (1 << 20):
-        mid = (lo + hi) // 2 // (1 << 20) * (1 << 20)
-        lo, hi = (lo, mid) if fits_09(mid) else (mid, hi)
-    return hi
+def _tensors_to_free_09():
+    # the reasoning: the request (the trace's last entry) needs a 2 MiB-rounded cudaMalloc the
+    # driver cannot serve with what it has free, and no free block of its size. Either free a run
+    # of neighbours in a large segment until they merge into one, or empty a segment whole: the
+    # allocator hands it back before it raises, and the driver then has enough. The cheapest: a
+    # small-pool segment whose few live tensors add up to a few KiB
+    from gpumemlab.lessons.diagnose_your_run import recording_09
+    snap = recording_09()
+    last = snap["device_traces"][0][-1]
+    need = -(-last["size"] // (2 * MiB)) * 2 * MiB - last["device_free"]
+    live = [[b for b in s["blocks"] if b["state"] == "active_allocated"]
+            for s in snap["segments"] if s["total_size"] >= need]
+    return [b["address"] for b in min(live, key=lambda bs: sum(b["size"] for b in bs))]
 
 
-RIGHT["09.ex"] = _smallest_card_09
+RIGHT["09.ex"] = _tensors_to_free_09
 
 
 def _reserved_12():

@@ -245,3 +245,67 @@ def test_07_ex_likely_wrong_plans_name_the_rule():
     # the last layer checkpointed saves nothing
     v = judge("07.ex", sorted(set(right) | {n - 1}))
     assert not v.passed and f"layer {n - 1} is checkpointed" in v.message
+
+
+# -- 09.ex: once the smallest card the recording runs on with expandable segments (a bisection
+# of fits_09 over card sizes: about 8 replays of 0.1 s); now which live tensors to free at the
+# recorded OOM, on the recorded card, so that its request succeeds
+def _live_09():
+    from gpumemlab.lessons.diagnose_your_run import _live_09 as live
+    return live()
+
+
+def test_09_ex_the_right_plan_passes_and_a_card_size_is_no_answer():
+    import gpumemlab as gml
+    from gpumemlab.lessons.diagnose_your_run import (FREE_AT_MOST_09, recording_09,
+                                                     request_fits_09)
+    right = RIGHT["09.ex"]()
+    assert judge("09.ex", right).passed
+    fits, freed = request_fits_09(right)
+    assert fits and freed == FREE_AT_MOST_09() and len(right) >= 5
+    # the old answers (card sizes, as replays over cards or the doctor's fixes print them) are
+    # refused as a shape, and nothing freed leaves the recorded OOM
+    recorded = gml.replay(recording_09())
+    for old in (recorded.total_memory, gml.format_size(recorded.peak_reserved)):
+        assert not judge("09.ex", old).counted
+    assert request_fits_09([]) == (False, 0)
+
+
+def test_09_ex_the_obvious_brute_force_needs_minutes():
+    from gpumemlab.lessons.diagnose_your_run import FREE_AT_MOST_09
+    live = _live_09()
+    n = len(live)
+    assert n >= 150
+    # one tensor at a time (n judged runs): none passes; the cheapest plan frees several
+    start = time.perf_counter()
+    singles = [judge("09.ex", [a]).passed for a in live]
+    cost = (time.perf_counter() - start) / n
+    assert not any(singles)
+    k = len(RIGHT["09.ex"]())
+    first = sum(comb(n, j) for j in range(2, k))        # every pair, triple, ... tried first
+    assert first * cost > 60 * 60, f"{first} runs of {1000 * cost:.0f} ms"
+    # the cheapest plan frees a few KiB: no tensor of a large segment is that small
+    assert FREE_AT_MOST_09() < 64 * 1024
+
+
+def test_09_ex_likely_wrong_plans_name_the_rule():
+    from gpumemlab.lessons.diagnose_your_run import recording_09
+    live = _live_09()
+    request = recording_09()["device_traces"][0][-1]["size"]
+    # "free a tensor as large as the request": it succeeds, but costs 39 MiB
+    big = next(a for a, (_k, size) in live.items() if size >= request)
+    v = judge("09.ex", [big])
+    assert not v.passed and v.figures["succeeded"] and "hands wholly free segments" in v.message
+    # "free the smallest tensors": as many as the right plan, all in one crowded small segment
+    smallest = sorted(live, key=lambda a: live[a][1])[:len(RIGHT["09.ex"]())]
+    v = judge("09.ex", smallest)
+    assert not v.passed and "still holds live tensors" in v.message
+    # one tensor from each of two large segments: they never merge
+    larges = {}
+    for a, (k, size) in live.items():
+        if size >= 1 << 20:
+            larges.setdefault(k, a)
+    v = judge("09.ex", list(larges.values())[:2])
+    assert not v.passed and "never merge" in v.message
+    # a wrong address is a shape error, never a traceback
+    assert not judge("09.ex", [1]).counted
