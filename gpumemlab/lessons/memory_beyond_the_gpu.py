@@ -17,7 +17,6 @@ from __future__ import annotations
 from gpumemlab.planner.offload import copy_ms
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
-from gpumemlab.allocator.host.rounding import power_of_2_ceil
 from gpumemlab.units import GiB, MiB, format_size
 
 REQUEST_15 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
