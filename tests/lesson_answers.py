@@ -63,33 +63,58 @@ def _orders_11():
 RIGHT["11.ex"] = _orders_11
 
 
-def _largest_06():
-    # bisect on the simulator: the largest request that fits (to 512 B)
-    from gpumemlab.lessons.expandable_segments import fragmented_06
-    lo, hi = 0, 8 << 30
-    while hi - lo > 512:
-        mid = (lo + hi) // 1024 * 512
-        lo, hi = (mid, hi) if fragmented_06("expandable_segments:True", request=mid)[2] \
-            else (lo, mid)
-    return lo
+def _tensors_to_free_06():
+    # the reasoning: the tensors sit one after another from the segment's start; a run of freed
+    # neighbours gives back the whole 20 MiB pages inside it (past the last tensor, the rest of
+    # its page too), a page it shares with a kept tensor stays mapped. Choose the runs, each
+    # followed by a kept tensor, that give back the most pages within the budget
+    from functools import lru_cache
+    from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, PAGE_06, SIZES_06
+    ends = [sum(SIZES_06[:i + 1]) * MiB for i in range(len(SIZES_06))]
+    n = len(SIZES_06)
+
+    def pages(a, b):
+        start = ends[a - 1] if a else 0
+        top = -(-ends[b] // PAGE_06) if b == n - 1 else ends[b] // PAGE_06
+        return max(0, top - -(-start // PAGE_06))
+
+    @lru_cache(maxsize=None)
+    def best(i, left):
+        if i >= n:
+            return 0, ()
+        top = best(i + 1, left)
+        for b in range(i, n):
+            cost = sum(SIZES_06[i:b + 1]) * MiB
+            if cost > left:
+                break
+            got, plan = best(b + 2, left - cost)
+            if pages(i, b) + got > top[0]:
+                top = pages(i, b) + got, tuple(range(i, b + 1)) + plan
+        return top
+    return list(best(0, FREE_AT_MOST_06)[1])
 
 
-RIGHT["06.ex"] = _largest_06()
+RIGHT["06.ex"] = _tensors_to_free_06
 
 
-def _largest_batch_07():
-    # bisect on replays of the recorded step, between a batch that fits and one that does not
-    from gpumemlab.lessons.activations import exercise_card_07, fits_07
-    card = exercise_card_07()
-    lo, hi = 64, 128
-    assert fits_07(lo, True, card) and not fits_07(hi, True, card)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits_07(mid, True, card) else (lo, mid)
-    return lo
+def _layers_to_checkpoint_07():
+    # the reasoning: at layer i's backward the card holds the weights, the outputs of layers 0..i,
+    # a gradient, layer i's own internals (kept or made again) and the internals kept before i;
+    # each layer bounds what the layers before it keep. Keep the most internals under every
+    # bound: a subset sum over the layers in order, the states pruned by each bound
+    from gpumemlab.lessons.activations import (EX_INTERNALS_07, EX_LIMIT_07, EX_OUTPUT_07,
+                                               EX_WEIGHTS_07)
+    kept = {0: []}
+    for i, size in enumerate(EX_INTERNALS_07):
+        bound = EX_LIMIT_07 - EX_WEIGHTS_07 - (i + 1) * EX_OUTPUT_07 - EX_OUTPUT_07 - size
+        kept = {k: plan for k, plan in kept.items() if k <= bound}
+        grown = {k: plan + [i] for k, plan in kept.items()}
+        grown.update({k + size: plan for k, plan in kept.items()})
+        kept = grown
+    return kept[max(kept)]
 
 
-RIGHT["07.ex"] = _largest_batch_07
+RIGHT["07.ex"] = _layers_to_checkpoint_07
 
 
 def _block_08():
@@ -101,21 +126,22 @@ def _block_08():
 RIGHT["08.ex"] = _block_08
 
 
-def _smallest_card_09():
-    # bisect the card size on replays of the recording (to 1 MiB), between the bytes the run
-    # allocated at its peak (cannot fit) and the recorded card (fits)
-    from gpumemlab.lessons.diagnose_your_run import fits_09, recording_09
-    from gpumemlab.recordings.replay import replay
-    recorded = replay(recording_09())
-    lo, hi = recorded.peak_allocated // (1 << 20) * (1 << 20), recorded.total_memory
-    assert not fits_09(lo) and fits_09(hi)
-    while hi - lo > (1 << 20):
-        mid = (lo + hi) // 2 // (1 << 20) * (1 << 20)
-        lo, hi = (lo, mid) if fits_09(mid) else (mid, hi)
-    return hi
+def _tensors_to_free_09():
+    # the reasoning: the request (the trace's last entry) needs a 2 MiB-rounded cudaMalloc the
+    # driver cannot serve with what it has free, and no free block of its size. Either free a run
+    # of neighbours in a large segment until they merge into one, or empty a segment whole: the
+    # allocator hands it back before it raises, and the driver then has enough. The cheapest: a
+    # small-pool segment whose few live tensors add up to a few KiB
+    from gpumemlab.lessons.diagnose_your_run import recording_09
+    snap = recording_09()
+    last = snap["device_traces"][0][-1]
+    need = -(-last["size"] // (2 * MiB)) * 2 * MiB - last["device_free"]
+    live = [[b for b in s["blocks"] if b["state"] == "active_allocated"]
+            for s in snap["segments"] if s["total_size"] >= need]
+    return [b["address"] for b in min(live, key=lambda bs: sum(b["size"] for b in bs))]
 
 
-RIGHT["09.ex"] = _smallest_card_09
+RIGHT["09.ex"] = _tensors_to_free_09
 
 
 def _reserved_12():
@@ -167,13 +193,18 @@ def _cheapest_levers_14():
 RIGHT["14.ex"] = _cheapest_levers_14
 
 
-def _largest_threshold_15():
-    # the largest threshold that fits, found by walking down from the activation's size in MiB
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15, offload_fits_host
-    t = -(-EX_STEP_15["act_bytes"] // MiB)
-    while offload_fits_host(t)["oom"] is not None:
-        t -= 1
-    return t
+def _offloaded_layers_15():
+    # the reasoning: every offloaded activation stays pinned until backward; one at most the
+    # threshold pins the next power of two, one above it its exact size. Offload the set that
+    # moves the most activation bytes within the host, a knapsack over the pinned blocks
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15, THRESHOLD_15
+    blocks = [1 << (a - 1).bit_length() if a <= THRESHOLD_15 * MiB else a for a in EX_ACTS_15]
+    plans = {0: (0, [])}
+    for i, (size, block) in enumerate(zip(EX_ACTS_15, blocks)):
+        for pinned, (moved, chosen) in list(plans.items()):
+            if pinned + block <= EX_HOST_15 and plans.get(pinned + block, (-1,))[0] < moved + size:
+                plans[pinned + block] = (moved + size, chosen + [i])
+    return max(plans.values())[1]
 
 
-RIGHT["15.ex"] = _largest_threshold_15
+RIGHT["15.ex"] = _offloaded_layers_15

@@ -2,8 +2,9 @@
 pins it (power-of-two ``roundSize``, ``pinned_max_round_threshold_mb``, a block held by a
 non-blocking copy's event until ``process_events`` sees it complete), and activation offload
 (``torch.autograd.graph.save_on_cpu(pin_memory=True)``) against checkpointing on a card that is
-short. Its exercise (the largest ``pinned_max_round_threshold_mb`` under which an offloaded step
-fits a host budget) and its selftest workload ``offload_activations`` (each layer's activation
+short. Its exercise (which layers of a step with activations of
+many sizes to offload, the others checkpointed, so that the host's pinned budget holds and the
+least is recomputed) and its selftest workload ``offload_activations`` (each layer's activation
 copied to pinned host memory and freed on the device; on a card without the kit's pinned model,
 only the device side runs).
 
@@ -14,9 +15,8 @@ usual rule of thumb, so a recomputed forward is one third of a step's layer work
 from __future__ import annotations
 
 from gpumemlab.planner.offload import copy_ms
-from gpumemlab.quizkit.exercise_base import exercise, whole_mib_answer
+from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
-from gpumemlab.allocator.host.rounding import power_of_2_ceil
 from gpumemlab.units import GiB, MiB, format_size
 
 REQUEST_15 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
@@ -28,10 +28,6 @@ STEP_15 = dict(weights=512 * MiB, layers=8, act_bytes=24 * MiB, input_bytes=3 * 
 CARD_15 = "640MiB"
 MODES_15 = ("keep", "checkpoint", "offload")
 
-# the exercise: a step and a host budget the lesson does not run
-EX_STEP_15 = dict(weights=256 * MiB, layers=12, act_bytes=45 * MiB + 512 * 1024,
-                  input_bytes=4 * MiB)
-EX_CARD_15, EX_HOST_15 = "1GiB", "600MiB"
 
 
 def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
@@ -106,55 +102,135 @@ def compare_15(card=CARD_15, alloc_conf="", host_memory=None, step=None) -> dict
             for m in MODES_15}
 
 
-def offload_fits_host(threshold_mb) -> dict:
-    """The exercise's step offloaded under ``pinned_max_round_threshold_mb:threshold_mb`` with
-    a host that can pin ``EX_HOST_15``."""
+# the exercise: a step whose layers save activations of different sizes, a host that can pin
+# only part of them (the others are recomputed), under section 3's threshold
+EX_ACTS_15 = tuple(m * MiB + k * 1024 for m, k in (
+    (40, 512), (66, 0), (23, 256), (61, 0), (97, 512), (34, 0), (70, 768), (18, 0), (120, 0),
+    (44, 256), (63, 512), (29, 0), (81, 0), (36, 768), (58, 0), (17, 512), (110, 256), (49, 0),
+    (65, 512), (31, 0)))
+EX_CARD_15, EX_HOST_15 = "3GiB", 640 * MiB
+EX_CONF_15 = f"pinned_max_round_threshold_mb:{THRESHOLD_15}"
+EX_WEIGHTS_15, EX_INPUT_15 = 256 * MiB, 4 * MiB
+
+
+def planned_step_15(offloaded) -> dict:
+    """The exercise's step on a fresh card under ``EX_CONF_15`` with a host that can pin
+    ``EX_HOST_15``: layer i saves ``EX_ACTS_15[i]``; the layers numbered in ``offloaded`` copy it
+    to pinned host memory (save_on_cpu's pack), the others are checkpointed (their input kept,
+    the layer run again in backward). Returns the figures; an OOM is named in ``oom``."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    gpu = SimulatedGPU(EX_CARD_15, alloc_conf=f"pinned_max_round_threshold_mb:{threshold_mb}",
-                       host_memory=EX_HOST_15, record_frames=False)
-    return layered_step(gpu, "offload", **EX_STEP_15)
+    gpu = SimulatedGPU(EX_CARD_15, alloc_conf=EX_CONF_15, host_memory=EX_HOST_15,
+                       record_frames=False, record_history=False)
+    out = {"oom": None, "recomputed_bytes": 0, "host_peak_bytes": 0}
+    chosen, held = set(offloaded), []
+    try:
+        held.append(gpu.empty(EX_WEIGHTS_15))
+        host, kept = {}, {}
+        for i, size in enumerate(EX_ACTS_15):                 # forward
+            act = gpu.empty(size)
+            if i in chosen:
+                host[i] = gpu.pin(size)
+                gpu.copy_(host[i], act)
+            else:
+                kept[i] = gpu.empty(EX_INPUT_15)
+            act.free()
+            out["host_peak_bytes"] = max(out["host_peak_bytes"], gpu.host_pinned_bytes())
+        for i in reversed(range(len(EX_ACTS_15))):           # backward
+            act = gpu.empty(EX_ACTS_15[i])
+            if i in chosen:
+                gpu.copy_(act, host[i], non_blocking=True)
+                host.pop(i).free()
+            else:
+                out["recomputed_bytes"] += EX_ACTS_15[i]
+                kept.pop(i).free()
+            grad = gpu.empty(EX_INPUT_15)
+            act.free()
+            grad.free()
+        gpu.synchronize()
+    except Exception as exc:  # noqa: BLE001 - only the two OOMs are expected; others re-raise
+        if "out of memory" not in str(exc):
+            raise
+        out["oom"] = str(exc).splitlines()[0]
+    return out
 
 
-@exercise("15.ex", "the largest rounding threshold that still fits the host",
-          f"A step of {EX_STEP_15['layers']} layers offloads each layer's "
-          f"{format_size(EX_STEP_15['act_bytes'])} activation ({EX_STEP_15['act_bytes']:,} bytes) "
-          f"to pinned host memory with save_on_cpu(pin_memory=True). The host can pin "
-          f"{EX_HOST_15[:-3]} MiB. Give the largest pinned_max_round_threshold_mb (a whole number "
-          "of MiB) under which the step runs without a host OOM: a smaller threshold also "
-          "fits, but would stop rounding small buffers the cache reuses well.",
-          "a whole number of MiB (N, N.0, 'N' or 'N MiB')",
-          hints=("Which requests does the host allocator round: those at most the threshold, or "
-                 "those above it? Section 3's table shows the rule at its edge.",
-                 "Rounded, each activation takes the next power of two. Compare the layer count "
-                 "times that block with the host's budget; then the layer count times the "
-                 "activation's exact size.",
-                 "A request equal to the threshold is still rounded; one byte above it is not. "
-                 "The threshold is a whole number of MiB and the activation is not: on which "
-                 "side of the threshold must the activation fall, and how close can it be?"),
-          stub=None)
+_BEST_15 = []
+
+
+def RECOMPUTE_AT_MOST_15() -> int:
+    """The fewest activation bytes a plan must recompute: what the best set of offloaded layers
+    leaves (a knapsack over each activation's pinned block, as ``host_round_size`` rounds it,
+    against the host), checked on the simulated step."""
+    if not _BEST_15:
+        from gpumemlab.allocator.host.rounding import host_round_size
+        plans = {0: (0, ())}                     # pinned bytes -> (offloaded bytes, layers)
+        for i, size in enumerate(EX_ACTS_15):
+            block = host_round_size(size, THRESHOLD_15 * MiB)
+            for pinned, (moved, layers) in list(plans.items()):
+                if pinned + block <= EX_HOST_15 and plans.get(pinned + block, (-1,))[0] < moved + size:
+                    plans[pinned + block] = (moved + size, layers + (i,))
+        run = planned_step_15(max(plans.values())[1])
+        assert run["oom"] is None, run["oom"]
+        _BEST_15.append(run["recomputed_bytes"])
+    return _BEST_15[0]
+
+
+def _layer_numbers(answer) -> list:
+    n = len(EX_ACTS_15)
+    if not isinstance(answer, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in answer):
+        raise AnswerShapeError(f"the answer is a list of layer numbers, 0 to {n - 1}")
+    wrong = [i for i in answer if not 0 <= i < n]
+    if wrong:
+        raise AnswerShapeError(f"the layers are numbered 0 to {n - 1}; {wrong[:5]} are not "
+                               f"among them")
+    return sorted(set(answer))
+
+
+@exercise("15.ex", "which activations to offload to a small host",
+          f"A step of {len(EX_ACTS_15)} layers saves activations of EX_ACTS_15 bytes, one a "
+          "layer (gpumemlab.lessons.memory_beyond_the_gpu). Each layer either offloads its "
+          "activation with save_on_cpu(pin_memory=True) or is checkpointed and recomputed in "
+          f"backward. The host can pin {format_size(EX_HOST_15)}, under {EX_CONF_15} (section "
+          "3's threshold). Which layers (their numbers) should offload, so that the step runs "
+          "without an OOM and recomputes at most RECOMPUTE_AT_MOST_15() bytes of activations "
+          "(the same module)? planned_step_15(layers) runs a plan on the simulated card.",
+          "a list of layer numbers (indices into EX_ACTS_15)",
+          hints=("In forward every offloaded activation is pinned at once, until backward: what "
+                 "does each one pin, under the threshold?",
+                 "At most the threshold, a request is rounded up to the next power of two; above "
+                 "it, pinned at its exact size. Write each layer's pinned block beside its size: "
+                 "which layers cost the host far more than they move?",
+                 "Choose the layers that move the most activation bytes for the pinned bytes "
+                 "they cost, within the host's budget: compare the sets that fill it."),
+          stub=[])
 def _judge_15(answer):
-    answer = whole_mib_answer(answer)    # N, N.0, "N" and "N MiB" are one threshold
-    run = offload_fits_host(answer)
-    above = offload_fits_host(answer + 1)
-    figures = {"host_peak_bytes": run["host_peak_bytes"], "oom": run["oom"],
-               "next_threshold_oom": above["oom"]}
-    act, layers = EX_STEP_15["act_bytes"], EX_STEP_15["layers"]
+    from gpumemlab.allocator.host.rounding import host_round_size
+
+    chosen = _layer_numbers(answer)
+    run = planned_step_15(chosen)
+    most = RECOMPUTE_AT_MOST_15()
+    exact = sum(EX_ACTS_15[i] for i in chosen)
+    blocks = sum(host_round_size(EX_ACTS_15[i], THRESHOLD_15 * MiB) for i in chosen)
+    figures = {"offloaded": chosen, "host_peak_bytes": run["host_peak_bytes"],
+               "recomputed_bytes": run["recomputed_bytes"], "oom": run["oom"]}
     if run["oom"] is not None:
-        if act <= answer * MiB:   # the mistake the judge can see: the activation is rounded
-            block = power_of_2_ceil(act)
-            why = (f"the {format_size(act)} activation is at most {answer} MiB, so each is "
-                   f"rounded up to {format_size(block)}: {layers} of them would pin "
-                   f"{format_size(layers * block)} against the host's {EX_HOST_15[:-3]} MiB")
-        else:
-            why = run["oom"]
-        return False, f"with {answer} MiB the host runs out: {why}", figures
-    if above["oom"] is None:
-        return False, (f"{answer} MiB fits: each activation is above it and pinned at its exact "
-                       f"size; {answer + 1} MiB fits too, so {answer} is not the largest"), figures
-    return True, (f"{answer} MiB: the step pins {format_size(run['host_peak_bytes'])} at its "
-                  f"peak; at {answer + 1} MiB the activations are rounded and the host runs "
-                  "out"), figures
+        why = f"the step runs out of memory: {run['oom']}"
+        if exact <= EX_HOST_15 < blocks:
+            why = (f"the host runs out: those activations add up to {format_size(exact)}, "
+                   f"within its {format_size(EX_HOST_15)}, but each one at most "
+                   f"{THRESHOLD_15} MiB is pinned as the next power of two, "
+                   f"{format_size(blocks)} in all")
+        return False, why, figures
+    if run["recomputed_bytes"] <= most:
+        return True, (f"the host pins {format_size(run['host_peak_bytes'])} of its "
+                      f"{format_size(EX_HOST_15)} and the step recomputes "
+                      f"{format_size(run['recomputed_bytes'])} of activations"), figures
+    return False, (f"it runs, but recomputes {format_size(run['recomputed_bytes'])} of "
+                   f"activations, more than {format_size(most)}: the host's "
+                   f"{format_size(EX_HOST_15)} can hold layers that move more for the pinned "
+                   f"bytes they cost"), figures
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)

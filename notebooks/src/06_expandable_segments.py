@@ -264,16 +264,22 @@ assert gpu.kind == "cuda" or expandable_now
 print(gml.experiment(["fragmentation_oom", "expandable_segments"], gpu))
 
 # %% [markdown]
-# ## Exercise: the largest tensor after the holes are unmapped
+# ## Exercise: free the tensors whose pages come back
 #
-# Back to the fragmented 8 GiB card with `expandable_segments:True` (after the frees, before the
-# 2 GiB request). What is the largest single tensor it can allocate now? Answer to within one
-# 20 MiB page; the check tries your size and one page more on the simulated GPU.
+# A 2 GiB card under `expandable_segments:True` holds 24 tensors made one after another
+# (`SIZES_06`, in MiB; none is a whole number of 20 MiB pages). You may free tensors adding up
+# to at most `FREE_AT_MOST_06`. Which ones should you free so that one tensor of `REQUEST_06()`
+# bytes can then be allocated? Reason from the pages: draw the 20 MiB page boundaries under the
+# tensors and ask which pages no live tensor touches after your frees. The check frees your
+# tensors on the simulated card (`layout_06(freed, request)`) and makes the request.
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.expandable_segments import FREE_AT_MOST_06, REQUEST_06, SIZES_06
 gml.exercise("06.ex")
-my_size = "2 GiB"          # change this: a size
-gml.exercise.check("06.ex", my_size)
+print(f"{len(SIZES_06)} tensors (MiB, in order): {list(SIZES_06)}")
+print(f"free at most {gml.format_size(FREE_AT_MOST_06)}; then request {gml.format_size(REQUEST_06())}")
+my_freed = []              # change this: the numbers of the tensors to free (0 is the first)
+gml.exercise.check("06.ex", my_freed)
 
 # %%
 gml.quiz("06")

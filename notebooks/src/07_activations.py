@@ -391,18 +391,25 @@ print(f"batch 32: activations kept for backward {gml.format_size(act)} "
       f"of a {gml.format_size(res32.peak_allocated)} peak ({100 * act / res32.peak_allocated:.0f}%)")
 
 # %% [markdown]
-# ## Exercise: the largest batch with checkpointing
+# ## Exercise: which layers to checkpoint
 #
-# On a card one and a half times the size of the tight card above, with checkpointing, what is
-# the largest batch size (any whole number) whose step fits? The check records the step for your
-# batch and the next one with torch and replays both on that card.
+# A deeper model than this lesson's: 24 layers, each saving internals of a different size for
+# its backward (`EX_INTERNALS_07`) and passing an 8 MiB output on, beside 512 MiB of weights.
+# Checkpointing a layer frees its internals in forward and makes them again in backward, just
+# before its gradient. Which layers should be checkpointed so that the live tensors never add up
+# to more than `EX_LIMIT_07`, while the internals made again add up to at most
+# `RECOMPUTE_AT_MOST_07()`? Reason from what is live at each layer's backward. The check runs
+# your plan on the simulated card (`selective_step_07(layers)`).
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.activations import EX_INTERNALS_07, EX_LIMIT_07, RECOMPUTE_AT_MOST_07
 gml.exercise("07.ex")
-from gpumemlab.lessons.activations import exercise_card_07
-print(f"the exercise's card: {gml.format_size(exercise_card_07())}")
-my_batch = 32              # change this
-gml.exercise.check("07.ex", my_batch)
+print(f"{len(EX_INTERNALS_07)} layers' internals (MiB, in order): "
+      f"{[round(b / gml.MiB, 2) for b in EX_INTERNALS_07]}")
+print(f"live tensors at most {gml.format_size(EX_LIMIT_07)}; made again at most "
+      f"{gml.format_size(RECOMPUTE_AT_MOST_07())}")
+my_checkpointed = []       # change this: the numbers of the layers to checkpoint (0 is the first)
+gml.exercise.check("07.ex", my_checkpointed)
 
 # %% [markdown]
 # ## On a real GPU

@@ -429,17 +429,22 @@ d
 # * Always verify with a replay (`gml.replay`, or `gpumemlab replay FILE --alloc-conf ...` from
 #   a terminal) before paying for another run.
 #
-# ## Exercise: the smallest card that runs it
+# ## Exercise: the fewest bytes to free at the OOM
 #
-# With `expandable_segments:True`, on how small a card would the recorded run still finish?
-# Replay it on smaller cards (the controls above, or `gml.replay(path, alloc_conf=..., total_memory=...)`)
-# and answer to within 2 MiB. The check replays the recording on your card size and on 2 MiB
-# less.
+# Back to the moment the recorded run failed: same card, same settings. Which live tensors
+# would you free first (the addresses of their blocks in `recording_09()["segments"]`, the state
+# at the OOM) so that the failed request succeeds, freeing at most `FREE_AT_MOST_09()` bytes?
+# Read the OOM message and the block map together, as the diagnosis did. The check frees your
+# tensors on the model of the card at that moment and makes the request again
+# (`request_fits_09(addresses)`).
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.diagnose_your_run import FREE_AT_MOST_09, recording_09
 gml.exercise("09.ex")
-my_card = "1 GiB"          # change this
-gml.exercise.check("09.ex", my_card)
+at_oom = recording_09()
+print(f"{len(at_oom['segments'])} segments at the OOM; free at most {gml.format_size(FREE_AT_MOST_09())}")
+my_addresses = []          # change this: addresses of live blocks (state 'active_allocated')
+gml.exercise.check("09.ex", my_addresses)
 
 # %% [markdown]
 # ## On your GPU: a batch that grows until it fails

@@ -364,17 +364,22 @@ assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["a
 assert 2 * capped["host_peak_bytes"] == off["moved_bytes"] == capped["moved_bytes"]
 
 # %% [markdown]
-# ## Exercise: the largest threshold that still fits the host
+# ## Exercise: which activations to offload to a small host
 #
-# A larger step offloads its activations to a host that can pin only so much. The rounding sends
-# it out of host memory; a threshold fixes that. Find the **largest** threshold that still fits:
-# the check runs the offloaded step on the simulated card under your threshold, and under one
-# MiB more.
+# A larger step saves activations of twenty different sizes (`EX_ACTS_15`), and the host can pin
+# only part of them (`EX_HOST_15`, under section 3's threshold of 64 MiB). Each layer either
+# offloads its activation or is checkpointed and recomputed. Which layers should offload, so
+# that the step runs and recomputes at most `RECOMPUTE_AT_MOST_15()` bytes of activations?
+# Reason from what each activation pins, not from its size. The check runs your plan on the
+# simulated card and host (`planned_step_15(layers)`).
 
 # %% tags=["exercise"]
+from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15, RECOMPUTE_AT_MOST_15
 gml.exercise("15.ex")
-my_threshold = None          # change this: a whole number of MiB
-gml.exercise.check("15.ex", my_threshold)
+print(f"{len(EX_ACTS_15)} activations (MiB): {[round(a / MiB, 2) for a in EX_ACTS_15]}")
+print(f"host pins at most {fmt(EX_HOST_15)}; recompute at most {fmt(RECOMPUTE_AT_MOST_15())}")
+my_offloaded = []            # change this: the numbers of the layers that offload (0 is the first)
+gml.exercise.check("15.ex", my_offloaded)
 
 # %% [markdown]
 # ## On your GPU: offloaded activations leave one on the card
