@@ -11,6 +11,7 @@ from __future__ import annotations
 from gpumemlab.allocator.constants import K_SMALL_SIZE
 from gpumemlab.units import format_size
 from gpumemlab.viz.frames import frame_text
+from gpumemlab.viz.words import count
 
 __all__ = ["allocation_frames", "evidence_lines", "state_evidence"]
 
@@ -93,6 +94,6 @@ def evidence_lines(ev: dict) -> list:
     for s in ev["free_by_segment"]:
         pins = "; ".join(f"{format_size(p['size'])} from {p['allocated_at']}" for p in s["pinned_by"])
         out.append(f"  segment {s['address']:#x} ({format_size(s['total_size'])}, {s['pool']}): "
-                   f"{format_size(s['free_bytes'])} free in {s['free_blocks']} blocks, kept by "
-                   f"{s['live_blocks']} live blocks: {pins or '-'}")
+                   f"{format_size(s['free_bytes'])} free in {count(s['free_blocks'], 'block')}, kept by "
+                   f"{count(s['live_blocks'], 'live block')}: {pins or '-'}")
     return out

@@ -5,11 +5,15 @@ it gives them, are drawn as black markers beside our bars.
 """
 from __future__ import annotations
 
+from gpumemlab.viz.palette import CATEGORIES, OKABE_ITO
+
 from . import paper
 from .strategies import LABELS
 
-_COLORS = {"token_states": "#4c9a2a", "reserved": "#f2b134", "internal_fragmentation": "#e8684a",
-           "external_fragmentation": "#8e5ea2", "unused": "#bbbbbb"}
+# the kit's palette (gpumemlab.viz.palette): "reserved" is the colour it has in every figure
+_COLORS = {"token_states": OKABE_ITO["bluish_green"], "reserved": CATEGORIES["reserved"],
+           "internal_fragmentation": OKABE_ITO["vermillion"],
+           "external_fragmentation": OKABE_ITO["reddish_purple"], "unused": "#BBBBBB"}
 _NAMES = {"token_states": "token states", "reserved": "reserved",
           "internal_fragmentation": "internal frag.", "external_fragmentation": "external frag.",
           "unused": "unused (others)"}

@@ -9,6 +9,7 @@ from gpumemlab.quizkit.exercise_base import exercise, sizes_answer
 from gpumemlab.units import format_size, MiB
 from gpumemlab.allocator.constants import K_LARGE_BUFFER, K_SMALL_BUFFER
 from gpumemlab.quizkit.predict_rules import Misconception, question
+from gpumemlab.viz.words import count
 
 
 # -- 01: three tensors that fill one 20 MiB segment, though their sizes add up to less
@@ -48,7 +49,7 @@ def _judge_01(answer):
     shown = ", ".join(format_size(s) for s in figures["segments"])
     del live
     if not (len(segments) == 1 and segments[0]["total_size"] == 20 * MiB):
-        return False, f"the card has {len(segments)} segment(s) of {shown}", figures
+        return False, f"the card has {count(len(segments), 'segment')} of {shown}", figures
     if sum(sizes) > FULL_BELOW_01:
         return False, (f"one 20 MiB segment, but your sizes add up to {format_size(sum(sizes))}, "
                        f"more than {format_size(FULL_BELOW_01)}"), figures

@@ -25,7 +25,9 @@ import sys
 from gpumemlab.units import format_size
 from gpumemlab.viz.frames import culprit_frame
 from gpumemlab.viz.history import History
-from gpumemlab.viz.palette import unit_for
+from gpumemlab.viz.palette import SERIES_STYLE, unit_for
+
+RESERVED = SERIES_STYLE["reserved_bytes"][0]   # "reserved" has one colour in every figure
 
 KEYS = ("frame", "category", "size")
 MAX_COLOURS = 12          # keys with a colour of their own; the rest are "other"
@@ -222,7 +224,7 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
     ax.add_collection(PolyCollection(polys, facecolors=faces, gid="bands", **edges))
     reserved = reserved if any(reserved) else []
     if reserved:
-        ax.plot(range(n), [r / unit for r in reserved], drawstyle="steps-post", color="#444444",
+        ax.plot(range(n), [r / unit for r in reserved], drawstyle="steps-post", color=RESERVED,
                 lw=1.0, ls="--", gid="reserved", label="reserved")
     step_events = list(steps) if steps is not None else [m[0] for m in data["marks"]]
     for k, i in enumerate(step_events):
@@ -244,7 +246,7 @@ def draw_active_timeline(source, ax=None, *, by: str = "frame", steps=None, devi
                              label=f"other ({len(ranked) - MAX_COLOURS} more)"))
     if reserved:
         from matplotlib.lines import Line2D
-        handles.append(Line2D([], [], color="#444444", ls="--", label="reserved"))
+        handles.append(Line2D([], [], color=RESERVED, ls="--", label="reserved"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               title=f"by {data['by']}", title_fontsize=8)
     title = (f"live allocations by {data['by']}: {len(data['bands'])} allocations, peak "

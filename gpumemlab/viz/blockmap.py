@@ -155,11 +155,11 @@ def plan_panels(segments, *, single: bool = False) -> list:
         span = format_size(max(sizes)) if min(sizes) == max(sizes) else \
             f"{format_size(min(sizes))} to {format_size(max(sizes))}"
         scale = " (own scale)" if len(groups) > 1 else ""
-        panels.append({"title": f"large pool: {len(group)} segment(s) of {span}{scale}",
+        panels.append({"title": f"large pool: {count(len(group), 'segment')} of {span}{scale}",
                        "rows": group, "max_bytes": max(sizes)})
     if small:
         top = max(segments[i]["total_size"] for i in small)
-        panels.append({"title": f"small pool (requests up to 1 MiB): {len(small)} segment(s) "
+        panels.append({"title": f"small pool (requests up to 1 MiB): {count(len(small), 'segment')} "
                                 f"of {format_size(top)}", "rows": small, "max_bytes": top})
     return panels
 

@@ -30,6 +30,8 @@ _SHARE_COLOUR = {
     "awaiting event": BLOCK_STYLE["pending"][0],
     "cached free": BLOCK_STYLE["free"][0],
 }
+_SHARE_LABEL = {"requested": BLOCK_STYLE["requested"][1], "rounding waste": BLOCK_STYLE["rounding"][1],
+                "awaiting event": BLOCK_STYLE["pending"][1], "cached free": BLOCK_STYLE["free"][1]}
 NO_HOST = ("this snapshot has no pinned host memory recorded (host_segments): record it with "
            "torch.cuda.memory._record_memory_history(record_pinned_host_memory=True) on "
            "PyTorch 2.14 or newer, or SimulatedGPU(record_pinned_host_memory=True)")
@@ -145,7 +147,8 @@ def show_host(source, ax=None, *, title=None):
         f"{format_size(totals['rounding_waste_bytes'])} rounding waste", 90)), fontsize=10)
     from matplotlib.patches import Patch
 
-    ax.legend(handles=[Patch(color=_SHARE_COLOUR[s], label=s) for s in SHARES], fontsize=8,
+    # named as the block map names the same states, so a category has one name and one colour
+    ax.legend(handles=[Patch(color=_SHARE_COLOUR[s], label=_SHARE_LABEL[s]) for s in SHARES], fontsize=8,
               loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.gml_host = {"free_lists": lists, **totals}
     if own:

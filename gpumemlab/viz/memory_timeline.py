@@ -17,6 +17,7 @@ from gpumemlab.recordings.replay.prepare import UNLIMITED_BYTES as UNLIMITED  # 
 from gpumemlab.units import format_size
 from gpumemlab.viz.history import History
 from gpumemlab.viz.palette import COMPARE_COLOURS, OKABE_ITO, SERIES_STYLE, unit_for
+from gpumemlab.viz.words import count
 
 RELEASE_ACTIONS = ("segment_free", "segment_unmap")
 
@@ -284,8 +285,8 @@ def _mark_events(ax, d, unit, *, colour, first) -> None:
     # a rule is a release moment, not a segment: say how many of each
     for j, x in enumerate(bursts):
         ax.axvline(x, color="#999999", lw=0.8, gid="release",
-                   label=f"{len(bursts)} release moment(s): {len(releases)} segment(s) freed or "
-                         f"unmapped" if first and j == 0 else None)
+                   label=f"{count(len(bursts), 'release moment')}:\n{count(len(releases), 'segment')} freed "
+                         f"or unmapped" if first and j == 0 else None)   # two lines: it fits
     ooms = [(x, r) for x, a, r in zip(d["event"], d["action"], d["reserved_bytes"]) if a == "oom"]
     if ooms:
         ax.plot([x for x, _ in ooms], [r / unit for _, r in ooms], marker="X", ms=9,

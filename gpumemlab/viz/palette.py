@@ -50,3 +50,10 @@ def unit_for(max_bytes: int):
         if max_bytes >= unit:
             return unit, name
     return 1, "bytes"
+
+# every legend label that names a category -> its one colour, in every figure of every lesson:
+# what an allocation is for, a block's state, a memory series (tests/notebooks/test_lesson_figures
+# reads the lessons' legends against it)
+CATEGORIES = {**CATEGORY_COLOURS,
+              **{label: colour for colour, label in BLOCK_STYLE.values()},
+              **{label: colour for colour, label, _ in SERIES_STYLE.values()}}

@@ -57,7 +57,7 @@ def text_blockmap(source, *, page_bytes=None, width: int = 64, device=None,
                                ("small pool", small, SMALL_PAGE_BYTES)):
         if not group:
             continue
-        lines.append(f"{title}: {len(group)} segment(s), one character = {format_size(page)}")
+        lines.append(f"{title}: {count(len(group), 'segment')}, one character = {format_size(page)}")
         if len(group) <= max_rows:
             for index, seg in group:
                 lines.append(_segment_row(index, seg, page))

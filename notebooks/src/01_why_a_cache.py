@@ -234,12 +234,13 @@ assert reserved_three == 2 * MiB + 20 * MiB + 62 * MiB
 # `cudaMalloc` until the 20 MiB are used up.
 
 # %%
+from gpumemlab.viz.words import count   # count(1, "block") -> "1 block", count(2, ...) -> "2 blocks"
 before = sim.memory_stats()["num_device_alloc"]
 more = [sim.empty(MiB + 1) for _ in range(10)]
 after = sim.memory_stats()["num_device_alloc"]
 seg20 = next(s for s in sim.memory_snapshot() if s["total_size"] == 20 * MiB)
-print(f"10 more 1 MiB tensors: {after - before} new segment(s); the 20 MiB segment now has "
-      f"{len(seg20['blocks'])} blocks, {gml.format_size(seg20['allocated_size'])} allocated")
+print(f"10 more 1 MiB tensors: {count(after - before, 'new segment')}; the 20 MiB segment now has "
+      f"{count(len(seg20['blocks']), 'block')}, {gml.format_size(seg20['allocated_size'])} allocated")
 tail = next(s for s in sim.memory_snapshot() if s["total_size"] == get_allocation_size(round_size(60 * MiB + 1)))
 print(f"and {len(tail['blocks']) - 1} of them went into the 2 MiB tail of the "
       f"{gml.format_size(tail['total_size'])} segment: "
@@ -264,7 +265,7 @@ print(f"freed at {address:#x}, new tensor at {c.address:#x}: "
 
 other_stream = sim.empty(4 * KiB, stream=1)    # the free small-pool space belongs to stream 0
 print(f"a small tensor on stream 1 gets its own segment: "
-      f"{sim.memory_stats()['segment.all.current']} segments now")
+      f"{count(sim.memory_stats()['segment.all.current'], 'segment')} now")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert c.address == address
@@ -349,7 +350,7 @@ assert actions.count("segment_alloc") == sim.memory_stats()["num_device_alloc"]
 
 # %%
 live = sim.memory_stats()["allocation.all.current"]
-fig = gml.show(sim, title=f"after the frees: {live} tensors live, the rest cached")
+fig = gml.show(sim, title=f"after the frees: {count(live, 'tensor')} live, the rest cached")
 fig
 
 # %%

@@ -283,7 +283,8 @@ k = max(i for i, a in enumerate(events[:events.index("oom")]) if a == "free_comp
 p.goto(k)
 print(f"{p.description()}  (the trace has events 0 to {len(p) - 1})")
 at_k = p.metrics()
-print(f"free {at_k.formatted('free_bytes')} in {at_k['free_blocks']} blocks, largest {at_k.formatted('largest_free_block_bytes')}")
+from gpumemlab.viz.words import count   # count(1, "block") -> "1 block"
+print(f"free {at_k.formatted('free_bytes')} in {count(at_k['free_blocks'], 'block')}, largest {at_k.formatted('largest_free_block_bytes')}")
 p
 
 # %% tags=["check"] jupyter={"source_hidden": true}

@@ -186,9 +186,10 @@ assert gc_runs["garbage_collection_threshold:0.6"]["num_sync_all_streams"] == 0
 gc_fig = gml.timeline([gc_cards[""], gc_cards["garbage_collection_threshold:0.6"]],
                    labels=["defaults", "garbage_collection_threshold:0.6"])
 from gpumemlab.viz.memory_timeline import release_moments
+from gpumemlab.viz.words import count   # count(1, "segment") -> "1 segment"
 moments = {d["label"]: release_moments(d) for d in gc_fig.gml_timeline}
 for label, (rules, freed) in moments.items():
-    print(f"{label:34}: {len(freed)} segments freed in {len(rules)} release moments (grey rules)")
+    print(f"{label:34}: {count(len(freed), 'segment')} freed in {count(len(rules), 'release moment')} (grey rules)")
 # the cap set_per_process_memory_fraction(0.5) puts on reserved memory, in each panel
 from gpumemlab.viz.memory_timeline import data_top
 from gpumemlab.viz.palette import unit_for

@@ -48,12 +48,13 @@ gml.predict("06.p1", "With expandable_segments:True, how many segments hold the 
 
 # %%
 GiB, MiB = gml.GiB, gml.MiB
+from gpumemlab.viz.words import count   # count(1, "segment") -> "1 segment"
 for conf in ("", "expandable_segments:True"):
     card = gml.SimulatedGPU("8GiB", alloc_conf=conf)
     held = [card.empty(n) for n in (1, MiB + 1, 100 * MiB + 1)]
     segs = card.memory_snapshot()
     print(f"{conf or 'defaults':25} reserved {gml.format_size(card.memory_reserved()):>11} in "
-          f"{len(segs)} segments: " + ", ".join(
+          f"{count(len(segs), 'segment')}: " + ", ".join(
               f"{s['segment_type']} {gml.format_size(s['total_size'])}{' (expandable)' if s['is_expandable'] else ''}"
               for s in segs))
 es = card

@@ -135,12 +135,12 @@ assert activation[marks["forward"] - 1] == 0 and 0 < left < act_peak / 10
 assert max(survivors) == 8 * 64 * tiny_lm.VOCAB * 4           # the logits, float32
 
 # %% [markdown]
-# The green floor is the parameters, there from the start. Forward stacks up the activations
-# (light blue) with short-lived temporaries on top; backward frees each layer's activations once
-# its gradient is computed, so the light blue shrinks while the gradients (light orange) grow.
+# The blue floor is the parameters, there from the start. Forward stacks up the activations
+# (green) with short-lived temporaries (yellow) on top; backward frees each layer's activations
+# once its gradient is computed, so the green shrinks while the gradients (orange) grow.
 # What is left of the activations when backward ends is the logits: the variable `logits` still
 # names them until `del logits` after the step; autograd freed everything it alone held. Adam's
-# two moments (dark orange) appear in the optimizer step, on the first step only, and
+# two moments (pink) appear in the optimizer step, on the first step only, and
 # `zero_grad(set_to_none=True)` frees the gradients at the end.
 
 # %% [markdown]

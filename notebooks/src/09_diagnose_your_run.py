@@ -55,10 +55,11 @@ import pathlib, tempfile
 from gpumemlab.lessons.diagnose_your_run import RECORDING
 SNAPSHOT = None            # e.g. "oom_snapshot.pickle" from your own run
 
+from gpumemlab.viz.words import count   # count(1, "segment") -> "1 segment"
 path = pathlib.Path(SNAPSHOT) if SNAPSHOT else RECORDING
 snap = gml.load_snapshot(path)
 trace = snap["device_traces"][0] if snap["device_traces"] else []
-print(f"{path.name}: {len(snap['segments'])} segments, {len(trace)} trace entries, "
+print(f"{path.name}: {count(len(snap['segments']), 'segment')}, {len(trace)} trace entries, "
       f"recorded with settings {snap['allocator_settings'].get('PYTORCH_CUDA_ALLOC_CONF') or 'defaults'!r}")
 
 # %% [markdown]
@@ -81,8 +82,8 @@ by_site = Counter()
 for e in allocs:
     by_site[site(e["frames"])] += e["size"]
 marks = list(dict.fromkeys(e.get("user_metadata") or "(none)" for e in trace))
-print(f"{len(allocs)} allocations of {len({e['size'] for e in allocs})} distinct sizes "
-      f"from {len(by_site)} lines of code; marks: {', '.join(marks)}")
+print(f"{count(len(allocs), 'allocation')} of {count(len({e['size'] for e in allocs}), 'distinct size')} "
+      f"from {count(len(by_site), 'line')} of code; marks: {', '.join(marks)}")
 for where, nbytes in by_site.most_common(6):
     print(f"  {gml.format_size(nbytes):>12} allocated in all by {where}")
 
@@ -115,7 +116,7 @@ def evidence(snapshot, total_memory=None):
     state, oom = state_at_oom(snapshot)
     m = gml.fragmentation(state, total_memory=total_memory)
     print(f"{'at the OOM' if oom else 'final state'}: reserved {m.formatted('reserved_bytes')}, allocated {m.formatted('allocated_bytes')}, "
-          f"free cached {m.formatted('free_bytes')} in {m['free_blocks']} blocks "
+          f"free cached {m.formatted('free_bytes')} in {count(m['free_blocks'], 'block')} "
           f"(largest {m.formatted('largest_free_block_bytes')}, non-releasable {m.formatted('non_releasable_bytes')})")
     if oom is None:
         print("no OOM in the recorded trace")
@@ -175,8 +176,8 @@ def culprits(snapshot, top=3):
         free = seg["total_size"] - seg["allocated_size"]
         live = [b for b in seg["blocks"] if b["state"] == "active_allocated"]
         print(f"segment at {seg['address']:#x}: {gml.format_size(seg['total_size'])}, "
-              f"{gml.format_size(free)} free in {sum(b['state'] == 'inactive' for b in seg['blocks'])} holes, "
-              f"pinned by {len(live)} live blocks")
+              f"{gml.format_size(free)} free in {count(sum(b['state'] == 'inactive' for b in seg['blocks']), 'hole')}, "
+              f"pinned by {count(len(live), 'live block')}")
         for b in live[:4]:
             where = site(b["frames"])
             print(f"    {gml.format_size(b['size']):>12} at +{gml.format_size(b['address'] - seg['address'])}  ({where})")

@@ -116,9 +116,10 @@ import matplotlib.pyplot as plt
 
 run = gml.replay(plan.capture, total_memory="24GiB")
 tl = run.timeline
+from gpumemlab.viz.palette import SERIES_STYLE    # the kit's colours: reserved, allocated
 fig, ax = plt.subplots(figsize=(9, 3.2))
-ax.plot([a / GiB for a in tl.allocated], label="allocated")
-ax.plot([r / GiB for r in tl.reserved], label="reserved")
+ax.plot([a / GiB for a in tl.allocated], label="allocated", color=SERIES_STYLE["allocated_bytes"][0])
+ax.plot([r / GiB for r in tl.reserved], label="reserved", color=SERIES_STYLE["reserved_bytes"][0])
 starts = [i for i, e in enumerate(plan.capture.trace)
           if e.get("user_metadata") and (i == 0 or
                                          plan.capture.trace[i - 1].get("user_metadata") != e["user_metadata"])]

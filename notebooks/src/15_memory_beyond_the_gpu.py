@@ -269,6 +269,8 @@ assert worst < lesson.THRESHOLD_15 * MiB // 2
 # 70 to 73 MiB, each pinned and freed in turn:
 
 # %%
+from gpumemlab.viz.words import count   # count(1, "cudaHostAlloc call") -> "1 cudaHostAlloc call"
+
 def pin_and_free(sizes, alloc_conf):
     s = gml.SimulatedGPU("8GiB", alloc_conf=alloc_conf, record_history=False)
     for n in sizes:
@@ -278,7 +280,7 @@ def pin_and_free(sizes, alloc_conf):
 growing = [70 * MiB, 71 * MiB, 72 * MiB, 73 * MiB]
 for c in ("", "pinned_max_cached_size_mb:64"):
     calls, left = pin_and_free(growing, c)
-    print(f"{c or 'default':>28}: {calls} cudaHostAlloc call(s), {fmt(left)} still pinned after "
+    print(f"{c or 'default':>28}: {count(calls, 'cudaHostAlloc call')}, {fmt(left)} still pinned after "
           "the last free")
 
 # %% tags=["check"] jupyter={"source_hidden": true}

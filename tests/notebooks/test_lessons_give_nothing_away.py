@@ -27,7 +27,7 @@ import re
 import pytest
 
 from lesson_answers import RIGHT
-from lesson_runs import LESSONS, ROOT, executed
+from lesson_runs import LESSONS, ROOT, drawn, executed
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -102,16 +102,18 @@ def names_choice(text, key, choices):
     return key in named and len(named) < len(choices)
 
 
-def earlier_texts(cells, at):
+def earlier_texts(cells, at, figures=None):
     """(where, text) of every markdown, code source and output since the previous question was
     asked before cell ``at`` (what the learner reads on the way to this question: the previous
-    question's experiment and its printed outputs included), and the predict cell's own source
-    (its question)."""
+    question's experiment and its printed outputs and drawn figures' text included), and the
+    predict cell's own source (its question). ``figures``: cell -> the text its figures drew."""
     start = max([i + 1 for i, c in enumerate(cells[:at]) if predict_ids(c)], default=0)
     for i, cell in enumerate(cells[start:at + 1], start):
         yield f"cell {i} source", cell.source
         if cell.cell_type == "code" and i < at:
             yield f"cell {i} output", outputs_text(cell)
+            if (figures or {}).get(i):
+                yield f"cell {i} figure", figures[i]
 
 
 # A size a question takes as given, which the finder cannot tell from its answer: (question,
@@ -127,12 +129,14 @@ PREMISES = {
 STILL_STATED = {}   # question -> what is left to do; strict: the test fails once it is fixed
 
 
-def headings_and_titles(cells, at) -> str:
-    """The markdown headings and the figure titles (``set_title``, ``suptitle``, ``title=``)
-    since the previous question: what a learner reads at a glance on the way to this one."""
+def headings_and_titles(cells, at, titles=None) -> str:
+    """The markdown headings and the figure titles (``set_title``, ``suptitle``, ``title=``, and
+    ``titles``: cell -> the titles its figures drew) since the previous question: what a learner
+    reads at a glance on the way to this one."""
     start = max([i + 1 for i, c in enumerate(cells[:at]) if predict_ids(c)], default=0)
     found = []
-    for cell in cells[start:at]:
+    for i, cell in enumerate(cells[start:at], start):
+        found += (titles or {}).get(i, [])
         if cell.cell_type == "markdown":
             found += re.findall(r"^#+\s*(.+)$", cell.source, re.M)
         else:
@@ -207,6 +211,11 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
     if key in STILL_STATED:
         request.applymarker(pytest.mark.xfail(strict=True, reason=STILL_STATED[key]))
     cells, revealed, _ = executed(key, tmp_path_factory)
+    titles, figures = {}, {}
+    for d in drawn(key, tmp_path_factory):
+        titles.setdefault(d["cell"], []).extend(d.get("titles", []))
+        figures[d["cell"]] = "\n".join([figures.get(d["cell"], "")] + d.get("titles", []) +
+                                       d.get("texts", []))
     asked = {pid: i for i, c in enumerate(cells) for pid in predict_ids(c)}
     assert set(asked) == set(revealed), "every predict cell's answer is revealed"
     spoilers = []
@@ -217,14 +226,14 @@ def test_no_answer_is_stated_before_its_question(key, tmp_path_factory, request)
         if kind == "choice":
             if names_choice(just_before(cells, at), value, choices):
                 spoilers.append(f"{pid}: the text just before names {value!r}")
-            if names_choice(headings_and_titles(cells, at), value, choices):
+            if names_choice(headings_and_titles(cells, at, titles), value, choices):
                 spoilers.append(f"{pid}: a heading or figure title names {value!r}")
-        for where, text in earlier_texts(cells, at):
+        for where, text in earlier_texts(cells, at, figures):
             if told(text, pid):
                 spoilers.append(f"{pid}: {where} says {told(text, pid)!r}")
         if kind == "choice":
             continue
-        for where, text in earlier_texts(cells, at):
+        for where, text in earlier_texts(cells, at, figures):
             found = (states_size(text, value) if kind == "size"
                      else states_number(text, value, unit))
             if found and (pid, found) not in PREMISES:

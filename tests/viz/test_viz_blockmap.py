@@ -167,8 +167,8 @@ def test_many_segments_use_size_panels_and_no_per_block_patches():
     segs += [seg(100 * GiB, [(4 * GiB, 0, "inactive")])]
     fig = gml.show({"segments": segs})
     titles = [ax.get_title(loc="left") for ax in fig.axes]
-    assert titles == ["large pool: 1 segment(s) of 4.00 GiB (own scale)",
-                      "large pool: 60 segment(s) of 20.00 MiB (own scale)"]
+    assert titles == ["large pool: 1 segment of 4.00 GiB (own scale)",
+                      "large pool: 60 segments of 20.00 MiB (own scale)"]
     assert fig.axes[1].get_yticks().size == 0  # too many bands to name each
     assert sum(len(ax.patches) for ax in fig.axes) == 1  # only the largest-free outline
     assert len(rects(collections(fig)["blocks:requested"][0][1])) == 60

@@ -16,10 +16,10 @@ def test_blockmap_one_character_per_page():
     ]}
     text = gml.text_blockmap(snap)
     lines = text.splitlines()
-    assert lines[0] == "large pool: 1 segment(s), one character = 2.00 MiB"
+    assert lines[0] == "large pool: 1 segment, one character = 2.00 MiB"
     assert "[####5~....]" in lines[1] and lines[1].startswith("seg   0")
     assert "9.00 MiB allocated, 9.00 MiB free (largest 8.00 MiB)" in lines[1]
-    assert lines[2] == "small pool: 1 segment(s), one character = 64.00 KiB"
+    assert lines[2] == "small pool: 1 segment, one character = 64.00 KiB"
     assert "[1" + "." * 31 + "]" in lines[3] and lines[3].startswith("seg   1")
     assert "external fragmentation" in lines[4] and lines[5].startswith("legend:")
 
@@ -98,7 +98,7 @@ def test_a_thousand_segments_stay_readable():
     text = gml.text_blockmap(snap)
     lines = text.splitlines()
     assert len(lines) < 60                                   # not 1,229 lines
-    assert "1185 segment(s)" in text and "equal segments" in text
+    assert "1185 segments" in text and "equal segments" in text
     shown = sum(int(l.rsplit(" x", 1)[1].split()[0]) if " equal segments" in l else 1
                 for l in lines if l.startswith("seg "))
     left = int(lines[-3].split("...")[1].split()[0]) if "not drawn" in lines[-3] else 0
