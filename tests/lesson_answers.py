@@ -118,25 +118,25 @@ def _smallest_card_09():
 RIGHT["09.ex"] = _smallest_card_09
 
 
-def _reserved_12():
+def _reserved_14():
     # the loop itself, on a fresh card: what it reserves while the side stream is busy
     from gpumemlab.devices.simulated import SimulatedGPU
-    from gpumemlab.lessons.streams import BUFFER_12, STEPS_12, side_stream_loop
-    return side_stream_loop(SimulatedGPU("8GiB", alloc_conf=""), STEPS_12, BUFFER_12)[0]
+    from gpumemlab.lessons.streams import BUFFER_14, STEPS_14, side_stream_loop
+    return side_stream_loop(SimulatedGPU("8GiB", alloc_conf=""), STEPS_14, BUFFER_14)[0]
 
 
-RIGHT["12.ex"] = _reserved_12
+RIGHT["14.ex"] = _reserved_14
 
 
-def _offload_13():
+def _offload_15():
     # the reasoning: a kept buffer pins the segment it was carved from until every buffer in that
     # segment leaves; run the trainer's step on a card, read which buffers share a segment, and
     # choose the segments that return the most within the copy budget (a knapsack over them)
     from gpumemlab.devices.simulated import SimulatedGPU
     from gpumemlab.kvcache.sleep_mode import TrainerStep
-    from gpumemlab.lessons.serving_memory import ACTS_13, BUFFERS_13, OFFLOAD_AT_MOST_13
+    from gpumemlab.lessons.serving_memory import ACTS_15, BUFFERS_15, OFFLOAD_AT_MOST_15
     card = SimulatedGPU("24GiB", alloc_conf="", record_history=False, record_frames=False)
-    kept = TrainerStep(activations=ACTS_13, keep=BUFFERS_13).run(card)
+    kept = TrainerStep(activations=ACTS_15, keep=BUFFERS_15).run(card)
     segments = card.memory_snapshot()
     groups = {}
     for k, t in enumerate(kept):
@@ -145,35 +145,35 @@ def _offload_13():
         groups.setdefault(i, []).append(k)
     plans = {0: (0, [])}
     for i, members in groups.items():
-        cost = sum(BUFFERS_13[k] for k in members)
+        cost = sum(BUFFERS_15[k] for k in members)
         for spent, (gain, chosen) in list(plans.items()):
             total = gain + segments[i]["total_size"]
-            if spent + cost <= OFFLOAD_AT_MOST_13 and plans.get(spent + cost, (-1,))[0] < total:
+            if spent + cost <= OFFLOAD_AT_MOST_15 and plans.get(spent + cost, (-1,))[0] < total:
                 plans[spent + cost] = (total, chosen + members)
     return sorted(max(plans.values())[1])
 
 
-RIGHT["13.ex"] = _offload_13
+RIGHT["15.ex"] = _offload_15
 
 
-def _cheapest_levers_14():
+def _cheapest_levers_16():
     # the planner at each count of checkpointed blocks, fewest first (each block's forward is
     # the extra cost; bf16 costs none), in either precision: the first combination that fits
-    from gpumemlab.lessons.will_it_fit import DIMS_14, PRECISIONS_14, plan_14
-    return next({"precision": p, "checkpoint": k} for k in range(DIMS_14["layers"] + 1)
-                for p in PRECISIONS_14 if plan_14(p, k).fits)
+    from gpumemlab.lessons.will_it_fit import DIMS_16, PRECISIONS_16, plan_16
+    return next({"precision": p, "checkpoint": k} for k in range(DIMS_16["layers"] + 1)
+                for p in PRECISIONS_16 if plan_16(p, k).fits)
 
 
-RIGHT["14.ex"] = _cheapest_levers_14
+RIGHT["16.ex"] = _cheapest_levers_16
 
 
-def _largest_threshold_15():
+def _largest_threshold_17():
     # the largest threshold that fits, found by walking down from the activation's size in MiB
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15, offload_fits_host
-    t = -(-EX_STEP_15["act_bytes"] // MiB)
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_17, offload_fits_host
+    t = -(-EX_STEP_17["act_bytes"] // MiB)
     while offload_fits_host(t)["oom"] is not None:
         t -= 1
     return t
 
 
-RIGHT["15.ex"] = _largest_threshold_15
+RIGHT["17.ex"] = _largest_threshold_17

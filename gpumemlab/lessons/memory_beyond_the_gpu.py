@@ -1,4 +1,4 @@
-"""Lesson 15, memory beyond the GPU: pinned host memory as PyTorch's ``CachingHostAllocator``
+"""Lesson 17, memory beyond the GPU: pinned host memory as PyTorch's ``CachingHostAllocator``
 pins it (power-of-two ``roundSize``, ``pinned_max_round_threshold_mb``, a block held by a
 non-blocking copy's event until ``process_events`` sees it complete), and activation offload
 (``torch.autograd.graph.save_on_cpu(pin_memory=True)``) against checkpointing on a card that is
@@ -19,19 +19,19 @@ from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.allocator.host.rounding import power_of_2_ceil
 from gpumemlab.units import GiB, MiB, format_size
 
-REQUEST_15 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
-THRESHOLD_15 = 64                      # pinned_max_round_threshold_mb of section 3
-SWEEP_15 = (40 * MiB, 100 * MiB)       # section 3's two requests
+REQUEST_17 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
+THRESHOLD_17 = 64                      # pinned_max_round_threshold_mb of section 3
+SWEEP_17 = (40 * MiB, 100 * MiB)       # section 3's two requests
 
 # section 4's step and card: weights, eight layers of 24 MiB saved activations
-STEP_15 = dict(weights=512 * MiB, layers=8, act_bytes=24 * MiB, input_bytes=3 * MiB)
-CARD_15 = "640MiB"
-MODES_15 = ("keep", "checkpoint", "offload")
+STEP_17 = dict(weights=512 * MiB, layers=8, act_bytes=24 * MiB, input_bytes=3 * MiB)
+CARD_17 = "640MiB"
+MODES_17 = ("keep", "checkpoint", "offload")
 
 # the exercise: a step and a host budget the lesson does not run
-EX_STEP_15 = dict(weights=256 * MiB, layers=12, act_bytes=45 * MiB + 512 * 1024,
+EX_STEP_17 = dict(weights=256 * MiB, layers=12, act_bytes=45 * MiB + 512 * 1024,
                   input_bytes=4 * MiB)
-EX_CARD_15, EX_HOST_15 = "1GiB", "600MiB"
+EX_CARD_17, EX_HOST_17 = "1GiB", "600MiB"
 
 
 def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
@@ -42,8 +42,8 @@ def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
     pinned host block in forward, as save_on_cpu's blocking ``copy_``, and back with a
     non-blocking copy in backward). Returns the figures; an OOM (device or host) ends the step
     and is named in ``oom``."""
-    if mode not in MODES_15:
-        raise ValueError(f"mode is one of {', '.join(MODES_15)}, not {mode!r}")
+    if mode not in MODES_17:
+        raise ValueError(f"mode is one of {', '.join(MODES_17)}, not {mode!r}")
     live, host = [], []
     out = {"mode": mode, "oom": None, "recomputed_layers": 0, "moved_bytes": 0,
            "host_peak_bytes": 0}
@@ -96,31 +96,31 @@ def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
     return out
 
 
-def compare_15(card=CARD_15, alloc_conf="", host_memory=None, step=None) -> dict:
+def compare_17(card=CARD_17, alloc_conf="", host_memory=None, step=None) -> dict:
     """``layered_step`` in each mode on a fresh SimulatedGPU of ``card``: {mode: figures}."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    step = STEP_15 if step is None else step
+    step = STEP_17 if step is None else step
     return {m: layered_step(SimulatedGPU(card, alloc_conf=alloc_conf, host_memory=host_memory,
                                          record_frames=False), m, **step)
-            for m in MODES_15}
+            for m in MODES_17}
 
 
 def offload_fits_host(threshold_mb) -> dict:
     """The exercise's step offloaded under ``pinned_max_round_threshold_mb:threshold_mb`` with
-    a host that can pin ``EX_HOST_15``."""
+    a host that can pin ``EX_HOST_17``."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    gpu = SimulatedGPU(EX_CARD_15, alloc_conf=f"pinned_max_round_threshold_mb:{threshold_mb}",
-                       host_memory=EX_HOST_15, record_frames=False)
-    return layered_step(gpu, "offload", **EX_STEP_15)
+    gpu = SimulatedGPU(EX_CARD_17, alloc_conf=f"pinned_max_round_threshold_mb:{threshold_mb}",
+                       host_memory=EX_HOST_17, record_frames=False)
+    return layered_step(gpu, "offload", **EX_STEP_17)
 
 
-@exercise("15.ex", "the largest rounding threshold that still fits the host",
-          f"A step of {EX_STEP_15['layers']} layers offloads each layer's "
-          f"{format_size(EX_STEP_15['act_bytes'])} activation ({EX_STEP_15['act_bytes']:,} bytes) "
+@exercise("17.ex", "the largest rounding threshold that still fits the host",
+          f"A step of {EX_STEP_17['layers']} layers offloads each layer's "
+          f"{format_size(EX_STEP_17['act_bytes'])} activation ({EX_STEP_17['act_bytes']:,} bytes) "
           f"to pinned host memory with save_on_cpu(pin_memory=True). The host can pin "
-          f"{EX_HOST_15[:-3]} MiB. Give the largest pinned_max_round_threshold_mb (a whole number "
+          f"{EX_HOST_17[:-3]} MiB. Give the largest pinned_max_round_threshold_mb (a whole number "
           "of MiB) under which the step runs without a host OOM: a smaller threshold also "
           "fits, but would stop rounding small buffers the cache reuses well.",
           "a whole number of MiB (N, N.0, 'N' or 'N MiB')",
@@ -133,19 +133,19 @@ def offload_fits_host(threshold_mb) -> dict:
                  "The threshold is a whole number of MiB and the activation is not: on which "
                  "side of the threshold must the activation fall, and how close can it be?"),
           stub=None)
-def _judge_15(answer):
+def _judge_17(answer):
     answer = whole_mib_answer(answer)    # N, N.0, "N" and "N MiB" are one threshold
     run = offload_fits_host(answer)
     above = offload_fits_host(answer + 1)
     figures = {"host_peak_bytes": run["host_peak_bytes"], "oom": run["oom"],
                "next_threshold_oom": above["oom"]}
-    act, layers = EX_STEP_15["act_bytes"], EX_STEP_15["layers"]
+    act, layers = EX_STEP_17["act_bytes"], EX_STEP_17["layers"]
     if run["oom"] is not None:
         if act <= answer * MiB:   # the mistake the judge can see: the activation is rounded
             block = power_of_2_ceil(act)
             why = (f"the {format_size(act)} activation is at most {answer} MiB, so each is "
                    f"rounded up to {format_size(block)}: {layers} of them would pin "
-                   f"{format_size(layers * block)} against the host's {EX_HOST_15[:-3]} MiB")
+                   f"{format_size(layers * block)} against the host's {EX_HOST_17[:-3]} MiB")
         else:
             why = run["oom"]
         return False, f"with {answer} MiB the host runs out: {why}", figures
@@ -190,22 +190,22 @@ def offload_activations(gpu, *, release: bool = True):
 
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart, and name the rule behind the usual wrong answers)
-question("15.p1", "size", misconceptions=(
-    Misconception(lambda a: REQUEST_15, "That is the request itself: the host allocator rounds "
+question("17.p1", "size", misconceptions=(
+    Misconception(lambda a: REQUEST_17, "That is the request itself: the host allocator rounds "
                   "every pinned request up to the next power of two (roundSize), unless a "
                   "threshold says otherwise."),
 ))
-question("15.p2", "choice", choices=("the freed block", "a new block"), misconceptions=(
+question("17.p2", "choice", choices=("the freed block", "a new block"), misconceptions=(
     Misconception("the freed block", "The block was freed, but a non-blocking copy recorded an "
                   "event on it: process_events reuses it only once that event has completed."),
 ))
-question("15.p3", "size", misconceptions=(
+question("17.p3", "size", misconceptions=(
     Misconception(lambda a: 2 * 128 * MiB, "That rounds both: the threshold stops rounding for "
                   "requests above it, so the larger request is pinned at its exact size."),
-    Misconception(lambda a: sum(SWEEP_15), "That rounds neither: a request at or below the "
+    Misconception(lambda a: sum(SWEEP_17), "That rounds neither: a request at or below the "
                   "threshold is still rounded up to a power of two."),
 ))
-question("15.p4", "size", misconceptions=(
-    Misconception(lambda a: STEP_15["layers"] * STEP_15["act_bytes"], "That is the activations' "
+question("17.p4", "size", misconceptions=(
+    Misconception(lambda a: STEP_17["layers"] * STEP_17["act_bytes"], "That is the activations' "
                   "own size: each one is its own pinned request, rounded to a power of two."),
 ))

@@ -96,7 +96,7 @@ def _grows_by_one_output(rec):
 
 
 def _kept_outputs_grow_the_pool(rec):
-    """Lesson 13: outputs kept alive make the shared graph pool reserve more than weak references."""
+    """Lesson 15: outputs kept alive make the shared graph pool reserve more than weak references."""
     weak, kept = rec.notes["pool_reserved"]
     return _want(f"the shared pool reserved {weak} bytes with outputs released and {kept} with "
                  f"outputs kept; the lesson says keeping them needs more", 0 < weak < kept)
@@ -146,14 +146,14 @@ SCENARIOS = [
              kwargs={"keep_outputs": False}, check=lambda r: _grows_by_one_output(r)),
     Scenario("graph_capture_order", "11", graph_capture_order, expect_oom=False,
              check=_largest_first_reserves_least),
-    Scenario("record_stream_pending", "12", record_stream_pending, expect_oom=False,
+    Scenario("record_stream_pending", "14", record_stream_pending, expect_oom=False,
              check=lambda r: _want("a block pending on a busy stream was reused, or a free one "
                                    "after the synchronize was not",
                                    not r.notes["reused_while_busy"]
                                    and r.notes["reused_after_sync"])),
-    Scenario("graph_pool_outputs", "13", graph_pool_outputs, expect_oom=False,
+    Scenario("graph_pool_outputs", "15", graph_pool_outputs, expect_oom=False,
              check=_kept_outputs_grow_the_pool),
-    Scenario("offload_activations", "15", offload_activations, expect_oom=False,
+    Scenario("offload_activations", "17", offload_activations, expect_oom=False,
              check=lambda r: _want("an offloaded activation left more than one on the device",
                                    len({s["reserved"] for s in r.steps}) == 1)),
 ]

@@ -96,59 +96,59 @@ def test_03_ex_likely_wrong_answers_name_the_rule():
     assert "short of" in judge("03.ex", [cheap]).message
 
 
-# 13.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
+# 15.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
 # lesson's own table prints (6 GiB of weights aside); then for four activation sizes, which a
 # search over a few layouts found in 0.01 s; now for the rollout buffers to offload.
-def test_13_ex_the_lessons_printed_figure_no_longer_answers_it():
+def test_15_ex_the_lessons_printed_figure_no_longer_answers_it():
     from lesson_answers import RIGHT
-    from gpumemlab.lessons.serving_memory import KV_13, cycle_13
+    from gpumemlab.lessons.serving_memory import KV_15, cycle_15
     from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
     printed = sleep_wake_cycle("24GiB", empty_cache_before_wake=True)   # the lesson's call
-    assert not printed.woke and KV_13() > 15 << 30    # the lesson's own KV cache already fails
-    assert not _passed("13.ex", [])                   # its own trainer, nothing offloaded
-    right = RIGHT["13.ex"]()
-    assert _passed("13.ex", right) and cycle_13(right)[0].woke
+    assert not printed.woke and KV_15() > 15 << 30    # the lesson's own KV cache already fails
+    assert not _passed("15.ex", [])                   # its own trainer, nothing offloaded
+    right = RIGHT["15.ex"]()
+    assert _passed("15.ex", right) and cycle_15(right)[0].woke
 
 
-def _segments_13():
-    from gpumemlab.lessons.serving_memory import _groups, cycle_13
-    return list(_groups(cycle_13(())[2].placement).values())
+def _segments_15():
+    from gpumemlab.lessons.serving_memory import _groups, cycle_15
+    return list(_groups(cycle_15(())[2].placement).values())
 
 
-def test_13_ex_the_obvious_brute_force_does_not_reach_it():
+def test_15_ex_the_obvious_brute_force_does_not_reach_it():
     from itertools import combinations
     from math import comb
-    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
-    n = len(BUFFERS_13)
+    from gpumemlab.lessons.serving_memory import BUFFERS_15, OFFLOAD_AT_MOST_15
+    n = len(BUFFERS_15)
     # one buffer at a time, or any pair: each buffer shares its segment, so none comes back
-    assert not any(_passed("13.ex", list(pair)) for pair in combinations(range(n), 2))
+    assert not any(_passed("15.ex", list(pair)) for pair in combinations(range(n), 2))
     # the passing plans, found the way the idea finds them (whole segments), are 8 buffers or
     # more: a search by growing set size runs the cycle for every set of 7 or fewer first
-    groups = _segments_13()
+    groups = _segments_15()
     passing = [sorted(i for g in combo for i in g) for k in range(len(groups) + 1)
                for combo in combinations(groups, k)
-               if sum(BUFFERS_13[i] for g in combo for i in g) <= OFFLOAD_AT_MOST_13
-               and _passed("13.ex", sorted(i for g in combo for i in g))]
+               if sum(BUFFERS_15[i] for g in combo for i in g) <= OFFLOAD_AT_MOST_15
+               and _passed("15.ex", sorted(i for g in combo for i in g))]
     assert passing and min(len(p) for p in passing) >= 8
     assert sum(comb(n, k) for k in range(8)) >= 500_000     # each a cycle (2 ms here): 18 min
 
 
-def test_13_ex_likely_wrong_answers_name_the_rule():
-    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
-    groups = _segments_13()
+def test_15_ex_likely_wrong_answers_name_the_rule():
+    from gpumemlab.lessons.serving_memory import BUFFERS_15, OFFLOAD_AT_MOST_15
+    groups = _segments_15()
     # "offload the biggest buffers": they sit in segments whose other buffers stay
     biggest, spent = [], 0
-    for i in sorted(range(len(BUFFERS_13)), key=lambda i: -BUFFERS_13[i]):
-        if spent + BUFFERS_13[i] <= OFFLOAD_AT_MOST_13:
-            biggest, spent = biggest + [i], spent + BUFFERS_13[i]
-    v = judge("13.ex", biggest)
+    for i in sorted(range(len(BUFFERS_15)), key=lambda i: -BUFFERS_15[i]):
+        if spent + BUFFERS_15[i] <= OFFLOAD_AT_MOST_15:
+            biggest, spent = biggest + [i], spent + BUFFERS_15[i]
+    v = judge("15.ex", biggest)
     assert not v.passed and "shared a segment" in v.message
     # one whole segment: it comes back, but the budget buys more
-    v = judge("13.ex", max(groups, key=len))
+    v = judge("15.ex", max(groups, key=len))
     assert not v.passed and "another choice" in v.message
     # over the copy budget; the old answer's shape (four sizes) is refused as a shape
-    assert "more than the" in judge("13.ex", list(range(len(BUFFERS_13)))).message
-    assert not _passed("13.ex", ["3 GiB"] * 4)
+    assert "more than the" in judge("15.ex", list(range(len(BUFFERS_15)))).message
+    assert not _passed("15.ex", ["3 GiB"] * 4)
 
 
 # 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs;

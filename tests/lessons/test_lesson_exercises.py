@@ -80,27 +80,27 @@ def test_hint_ladder_and_raising_answers(ex, capsys):
     ex.assert_passes("05.ex", RIGHT["05.ex"]())
 
 
-def test_15_feedback_names_the_mistake_and_the_hints_name_no_answer():
-    """15.ex: a threshold at or above the activation hears that the activation is rounded (and
+def test_17_feedback_names_the_mistake_and_the_hints_name_no_answer():
+    """17.ex: a threshold at or above the activation hears that the activation is rounded (and
     to what, against the host); one below the answer hears that a larger one fits; no hint
     states the answer's number."""
     import re
 
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_15
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_STEP_17
     from gpumemlab.quizkit.exercise_base import REGISTRY
 
-    ex = REGISTRY["15.ex"]
-    right = RIGHT["15.ex"]()       # found by the simulator (tests/lesson_answers.py)
-    assert right == EX_STEP_15["act_bytes"] // (1 << 20)      # the largest whole MiB below it
-    over = judge("15.ex", right + 1)
+    ex = REGISTRY["17.ex"]
+    right = RIGHT["17.ex"]()       # found by the simulator (tests/lesson_answers.py)
+    assert right == EX_STEP_17["act_bytes"] // (1 << 20)      # the largest whole MiB below it
+    over = judge("17.ex", right + 1)
     assert not over.passed and "is at most" in over.message and "rounded up to" in over.message
-    under = judge("15.ex", right - 10)
+    under = judge("17.ex", right - 10)
     assert not under.passed and "is not the largest" in under.message
     for hint in ex.hints:
         assert str(right) not in re.findall(r"\d+", hint), hint
 
 
-@pytest.mark.parametrize("ex_id", ["05.ex", "11.ex", "15.ex"])
+@pytest.mark.parametrize("ex_id", ["05.ex", "11.ex", "17.ex"])
 def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
     """The exercise cell run again after solving (the stub back in place, say a fresh kernel):
     the header and the stub's line say the same thing. Before: "(solved)" above "· not tried
@@ -120,14 +120,14 @@ def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
 
 
 def test_the_stub_line_counts_the_attempts_so_far(ex, capsys):
-    ex.check("15.ex", 1000)
+    ex.check("17.ex", 1000)
     capsys.readouterr()
-    ex.check("15.ex", None)
-    assert capsys.readouterr().out.startswith("· 15.ex 1 attempt so far: the answer here is")
+    ex.check("17.ex", None)
+    assert capsys.readouterr().out.startswith("· 17.ex 1 attempt so far: the answer here is")
 
 
 @pytest.mark.parametrize("ex_id, bad", [("11.ex", ["4,1,2,8"]), ("11.ex", [[8, 4, 2]]),
-                                        ("15.ex", "45 MB"), ("15.ex", 45.5), ("15.ex", "many")])
+                                        ("17.ex", "45 MB"), ("17.ex", 45.5), ("17.ex", "many")])
 def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
     """As for the quizzes (docs/QUIZZES.md): one line saying the shape, no attempt, no hint.
     Before: counted (attempts 1) with Hint 1/3."""
@@ -139,12 +139,12 @@ def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
     assert judge(ex_id, bad).counted is False
 
 
-def test_15_takes_a_whole_mib_in_any_plain_form():
+def test_17_takes_a_whole_mib_in_any_plain_form():
     """"a whole number of MiB": 45, 45.0, "45" and "45 MiB" are one answer. Before: only the int
     passed."""
-    right = RIGHT["15.ex"]()
+    right = RIGHT["17.ex"]()
     for form in (right, float(right), str(right), f"{right} MiB", f"{right}MiB", f"{right}M"):
-        verdict = judge("15.ex", form)
+        verdict = judge("17.ex", form)
         assert verdict.passed and verdict.counted, (form, verdict.message)
 
 

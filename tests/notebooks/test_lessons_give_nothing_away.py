@@ -154,9 +154,9 @@ TELLS = {
     "10.p4": ["the same step, more memory"],
     "10.p5": ["saw-tooth", "sawtooth"],
     "11.p5": ["never merge", "never joined", "never be joined", "are not joined"],
-    "12.p1": ["handed to the next tensor of that same stream at once"],
+    "14.p1": ["handed to the next tensor of that same stream at once"],
     # the capture order and the single pool are the reason the linear rule overshoots
-    "13.p1": ["largest first, all into", "**estimate** of the CUDA-graph pool"],
+    "15.p1": ["largest first, all into", "**estimate** of the CUDA-graph pool"],
 }
 
 
