@@ -49,18 +49,31 @@ def _largest_max_split_05():
 RIGHT["05.ex"] = _largest_max_split_05
 
 
-def _orders_11():
+def _order_12():
+    # the reasoning: the 4 MiB tensor opens a 20 MiB segment whose 16 MiB rest then holds the
+    # 16 MiB tensor exactly (a request of 10 MiB or more takes a free block big enough); the three
+    # 6 MiB tensors share a second 20 MiB segment. Two segments, the least 38 MiB can take.
+    from gpumemlab.lessons.allocation_order import SIZES_12
+    mib = [n >> 20 for n in SIZES_12]
+    small, big = min(mib), max(mib)
+    return [small, big] + [n for n in mib if n not in (small, big)]
+
+
+RIGHT["12.ex"] = _order_12
+
+
+def _orders_13():
     # the reasoning, for the exercise's second model (one temporary of 3 MiB a sequence): largest
     # first opens batch 8's 24 MiB segment, a 20 MiB one for its 8 MiB output and a 2 MiB
     # small-pool one for batch 1's output. Batch 1's or 2's temporary (3 or 6 MiB) opens a 20 MiB
     # segment that batch 4's 12 MiB one can then split and batch 8's output needs anyway; batch 4
     # first opens a 12 MiB segment of its own, which no other order has. So: the orders with 4 first
     from itertools import permutations
-    from gpumemlab.lessons.pools_and_graphs import BATCHES_11
-    return [list(o) for o in permutations(BATCHES_11) if o[0] == 4]
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_13
+    return [list(o) for o in permutations(BATCHES_13) if o[0] == 4]
 
 
-RIGHT["11.ex"] = _orders_11
+RIGHT["13.ex"] = _orders_13
 
 
 def _largest_06():

@@ -48,7 +48,7 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured after the KV cache is
 # allocated, so the pool is budgeted before they exist. vLLM's rule is linear: it captures the
 # two largest sizes and multiplies the second one's growth of the pool by the number of sizes.
-# How the graphs themselves are then captured is lesson 11's subject.
+# How the graphs themselves are then captured is lesson 13's subject.
 #
 # `kv.budget` does this arithmetic and then runs the start-up on a simulated card: the model's
 # forward pass is recorded with `gml.capture` (on PyTorch's `meta` device: shapes only, no

@@ -151,49 +151,49 @@ def test_15_ex_likely_wrong_answers_name_the_rule():
     assert not _passed("15.ex", ["3 GiB"] * 4)
 
 
-# 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs;
+# 13.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs;
 # then for every order not starting with 8 that reserves the least, which the lesson's own
 # captures over all 24 orders answered in 0.21 s. Now it asks which orders reserve more for a
 # second model, whose step no function of the lesson captures.
 def _every_order():
     from itertools import permutations
-    from gpumemlab.lessons.pools_and_graphs import BATCHES_11
-    return [list(o) for o in permutations(BATCHES_11)]
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_13
+    return [list(o) for o in permutations(BATCHES_13)]
 
 
 def test_11_ex_the_lessons_functions_searched_over_all_orders_do_not_answer_it():
     from lesson_answers import RIGHT
-    from gpumemlab.lessons.pools_and_graphs import capture_graphs, reserved_11, steps_11
-    right = RIGHT["11.ex"]()
-    assert _passed("11.ex", right) and len(right) == 6
+    from gpumemlab.lessons.pools_and_graphs import capture_graphs, reserved_13, steps_13
+    right = RIGHT["13.ex"]()
+    assert _passed("13.ex", right) and len(right) == 6
     # the obvious brute force: every order for which the lesson's capture_graphs reserves more
     # than largest first, with the defaults or with expandable segments, by total or by steps
     for conf in ("", "expandable_segments:True"):
         least = capture_graphs([8, 4, 2, 1], alloc_conf=conf)[0].memory_reserved()
         brute = [o for o in _every_order()
                  if capture_graphs(o, alloc_conf=conf)[0].memory_reserved() > least]
-        assert brute and not _passed("11.ex", brute), conf
-    assert not _passed("11.ex", [o for o in _every_order()
-                                 if steps_11(o)[-1] > reserved_11([8, 4, 2, 1])])
+        assert brute and not _passed("13.ex", brute), conf
+    assert not _passed("13.ex", [o for o in _every_order()
+                                 if steps_13(o)[-1] > reserved_13([8, 4, 2, 1])])
     # the lesson's two printed orders are no answer either
-    assert not _passed("11.ex", [[1, 2, 4, 8]]) and not _passed("11.ex", [[8, 4, 2, 1]])
+    assert not _passed("13.ex", [[1, 2, 4, 8]]) and not _passed("13.ex", [[8, 4, 2, 1]])
 
 
 def test_11_ex_the_judge_tells_nothing_order_by_order():
     # listing each order alone (24 calls) must not sort the right orders from the wrong ones:
     # the same message and figures for every single order
     seen = {(v.message, tuple(sorted(v.figures.items())))
-            for o in _every_order() for v in [judge("11.ex", [o])]}
+            for o in _every_order() for v in [judge("13.ex", [o])]}
     assert len(seen) == 1, seen
-    assert not any(judge("11.ex", [o]).passed for o in _every_order())
+    assert not any(judge("13.ex", [o]).passed for o in _every_order())
 
 
 def test_11_ex_likely_wrong_orders_name_the_rule():
-    from gpumemlab.lessons.pools_and_graphs import reserved_11
-    lessons = [o for o in _every_order() if reserved_11(o) > reserved_11([8, 4, 2, 1])]
-    assert "lesson's own step" in judge("11.ex", lessons).message
+    from gpumemlab.lessons.pools_and_graphs import reserved_13
+    lessons = [o for o in _every_order() if reserved_13(o) > reserved_13([8, 4, 2, 1])]
+    assert "lesson's own step" in judge("13.ex", lessons).message
     not_8_first = [o for o in _every_order() if o[0] != 8]
-    assert "not every order that starts with another batch" in judge("11.ex", not_8_first).message
+    assert "not every order that starts with another batch" in judge("13.ex", not_8_first).message
 
 
 def test_answer_formats_say_the_shape_and_show_no_value():

@@ -100,7 +100,7 @@ def test_17_feedback_names_the_mistake_and_the_hints_name_no_answer():
         assert str(right) not in re.findall(r"\d+", hint), hint
 
 
-@pytest.mark.parametrize("ex_id", ["05.ex", "11.ex", "17.ex"])
+@pytest.mark.parametrize("ex_id", ["05.ex", "13.ex", "17.ex"])
 def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
     """The exercise cell run again after solving (the stub back in place, say a fresh kernel):
     the header and the stub's line say the same thing. Before: "(solved)" above "· not tried
@@ -126,7 +126,7 @@ def test_the_stub_line_counts_the_attempts_so_far(ex, capsys):
     assert capsys.readouterr().out.startswith("· 17.ex 1 attempt so far: the answer here is")
 
 
-@pytest.mark.parametrize("ex_id, bad", [("11.ex", ["4,1,2,8"]), ("11.ex", [[8, 4, 2]]),
+@pytest.mark.parametrize("ex_id, bad", [("13.ex", ["4,1,2,8"]), ("13.ex", [[8, 4, 2]]),
                                         ("17.ex", "45 MB"), ("17.ex", 45.5), ("17.ex", "many")])
 def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
     """As for the quizzes (docs/QUIZZES.md): one line saying the shape, no attempt, no hint.
@@ -149,10 +149,10 @@ def test_17_takes_a_whole_mib_in_any_plain_form():
 
 
 def test_no_wrong_answer_message_says_not_yet_twice(ex, capsys):
-    """The cell prefixes "not yet:" itself; a judge's message must not. Before: 11.ex printed
-    "✗ 11.ex not yet: not yet: the 1 order(s) listed ..."."""
-    ex.check("11.ex", [[8, 4, 2, 1]])
+    """The cell prefixes "not yet:" itself; a judge's message must not. Before: 13.ex printed
+    "✗ 13.ex not yet: not yet: the 1 order(s) listed ..."."""
+    ex.check("13.ex", [[8, 4, 2, 1]])
     out = capsys.readouterr().out
-    assert out.startswith("✗ 11.ex not yet: the 1 order(s) listed"), out
+    assert out.startswith("✗ 13.ex not yet: the 1 order(s) listed"), out
     for exercise in all_exercises():
         assert not judge(exercise.id, exercise.stub).message.lower().startswith("not yet")

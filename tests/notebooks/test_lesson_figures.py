@@ -80,12 +80,12 @@ def test_one_colour_per_category_across_lessons():
 
 
 # The lessons whose printed text has been read for counts of one (add one once it reads right).
-PLURALS_CHECKED = ("11", "17")
+PLURALS_CHECKED = ("12", "13", "17")
 
 
 @pytest.mark.parametrize("key", PLURALS_CHECKED)
 def test_a_count_of_one_is_printed_singular(key, tmp_path_factory):
-    """No output says "1 segments", "1 pages" or "in 1 blocks". Lesson 11 once printed
+    """No output says "1 segments", "1 pages" or "in 1 blocks". Lesson 11 (now 12 and 13) once printed
     "reserved 20.00 MiB in 1 segments" and "= 1 pages of 20 MiB"."""
     cells, _, _ = executed(key, tmp_path_factory)
     found = [f"cell {i}: {m.group(0)!r}" for i, text in output_texts(cells)
