@@ -50,9 +50,9 @@ RIGHT["05.ex"] = _largest_max_split_05
 
 
 def _order_12():
-    # the reasoning: the 4 MiB tensor opens a 20 MiB segment whose 16 MiB rest then holds the
+    # the reasoning: the 3 MiB tensor opens a 20 MiB segment whose 17 MiB rest then holds the
     # 16 MiB tensor exactly (a request of 10 MiB or more takes a free block big enough); the three
-    # 6 MiB tensors share a second 20 MiB segment. Two segments, the least 38 MiB can take.
+    # 6 MiB tensors share a second 20 MiB segment. Two segments, the least 37 MiB can take.
     from gpumemlab.lessons.allocation_order import SIZES_12
     mib = [n >> 20 for n in SIZES_12]
     small, big = min(mib), max(mib)

@@ -14,7 +14,7 @@ from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
 CARD_12 = "8GiB"
-SIZES_12 = (16 * MiB, 6 * MiB, 6 * MiB, 6 * MiB, 4 * MiB)   # the exercise's tensors, kept alive
+SIZES_12 = (16 * MiB, 6 * MiB, 6 * MiB, 6 * MiB, 3 * MiB)   # the exercise's tensors, kept alive
 
 
 def reserved_for_order(order, total_memory=CARD_12) -> int:
@@ -40,20 +40,20 @@ def _order_answer(answer) -> tuple:
 
 
 @exercise("12.ex", "the order that reserves the least",
-          "Five tensors stay alive together: one of 16 MiB and three of 6 MiB and one of 4 MiB "
+          "Five tensors stay alive together: one of 16 MiB and three of 6 MiB and one of 3 MiB "
           "(SIZES_12). Give an order of their allocations, on a fresh card with the default "
           "settings, in which they reserve the least memory any order can. Largest first and "
           "smallest first both reserve more: reason from the segment rules (which request opens "
           "a segment, and of what size; which later request fits in what an open one has "
           "left?).",
           "a list of the five sizes in MiB, in the order they are allocated",
-          hints=("Write down the segment each request opens when nothing fits: 6 and 4 MiB open "
+          hints=("Write down the segment each request opens when nothing fits: 6 and 3 MiB open "
                  "a 20 MiB segment that later requests share; 16 MiB (10 MiB or more) opens one "
                  "of exactly 16 MiB.",
                  "A request of 10 MiB or more takes a free block of an open 20 MiB segment when one "
                  "is big enough. Which of the small tensors leaves a 20 MiB segment with room for "
                  "the 16 MiB one?",
-                 "The live bytes add up to 38 MiB: the least any order reserves is two 20 MiB "
+                 "The live bytes add up to 37 MiB: the least any order reserves is two 20 MiB "
                  "segments. Which tensors can share each of them?"),
           stub=[])
 def _judge_12(answer):
@@ -65,8 +65,8 @@ def _judge_12(answer):
     figures = {"reserved": got, "least": least}
     if got == least:
         return True, (f"{format_size(got)}: two 20 MiB segments, each filled by tensors that fit "
-                      f"in what the first one opened; the 16 MiB tensor takes the 16 MiB left "
-                      f"beside the 4 MiB one instead of a segment of its own"), figures
+                      f"in what the first one opened; the 16 MiB tensor is cut from what is left "
+                      f"beside the small one instead of opening a segment of its own"), figures
     return False, (f"this order reserves {format_size(got)}; some order reserves less. Which "
                    f"request opens a segment another order would not need?"), figures
 

@@ -224,7 +224,7 @@ fig
 # %% [markdown]
 # ## Exercise
 #
-# Five tensors stay alive together: one of 16 MiB, three of 6 MiB and one of 4 MiB. In which
+# Five tensors stay alive together: one of 16 MiB, three of 6 MiB and one of 3 MiB. In which
 # order should they be allocated, on a fresh card with the default settings, so that they
 # reserve the least memory any order can? Largest first and smallest first both reserve more.
 # Reason from the segment rules of part 1 (which request opens a segment, and of what size;
