@@ -19,12 +19,12 @@ build="$("$venv/bin/python" -c 'import torch; print(torch.__version__, "CUDA" if
 echo "torch_matrix: $build in $venv"
 cd "$root"
 export MPLBACKEND=Agg GPUMEMLAB_HEADLESS=1
-# the planner's tests plus fake capture, snapshot reading and lesson 14 (issue 33 item 1)
+# the planner's tests plus fake capture, snapshot reading and lesson 16 (issue 33 item 1)
 tests=(tests/planner)
 for f in tests/recordings/test_fake_capture.py tests/recordings/test_capture.py tests/recordings/test_snapshot_io.py \
          tests/test_planner.py tests/test_planner_fake_cuda.py tests/test_cli_plan.py tests/test_fake_capture.py; do
     [ -e "$f" ] && tests+=("$f")
 done
-# lesson 14 (will it fit: gml.plan in a notebook kernel of this venv's python), top to bottom
+# lesson 16 (will it fit: gml.plan in a notebook kernel of this venv's python), top to bottom
 tests+=("tests/notebooks/test_notebooks_widgets_on.py::test_lesson_runs_with_widgets_on[14]")
 exec "$venv/bin/python" -m pytest -q -p no:cacheprovider "${tests[@]}"

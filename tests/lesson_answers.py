@@ -49,18 +49,31 @@ def _largest_max_split_05():
 RIGHT["05.ex"] = _largest_max_split_05
 
 
-def _orders_11():
+def _order_12():
+    # the reasoning: the 3 MiB tensor opens a 20 MiB segment whose 17 MiB rest then holds the
+    # 16 MiB tensor exactly (a request of 10 MiB or more takes a free block big enough); the three
+    # 6 MiB tensors share a second 20 MiB segment. Two segments, the least 37 MiB can take.
+    from gpumemlab.lessons.allocation_order import SIZES_12
+    mib = [n >> 20 for n in SIZES_12]
+    small, big = min(mib), max(mib)
+    return [small, big] + [n for n in mib if n not in (small, big)]
+
+
+RIGHT["12.ex"] = _order_12
+
+
+def _orders_13():
     # the reasoning, for the exercise's second model (one temporary of 3 MiB a sequence): largest
     # first opens batch 8's 24 MiB segment, a 20 MiB one for its 8 MiB output and a 2 MiB
     # small-pool one for batch 1's output. Batch 1's or 2's temporary (3 or 6 MiB) opens a 20 MiB
     # segment that batch 4's 12 MiB one can then split and batch 8's output needs anyway; batch 4
     # first opens a 12 MiB segment of its own, which no other order has. So: the orders with 4 first
     from itertools import permutations
-    from gpumemlab.lessons.pools_and_graphs import BATCHES_11
-    return [list(o) for o in permutations(BATCHES_11) if o[0] == 4]
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_13
+    return [list(o) for o in permutations(BATCHES_13) if o[0] == 4]
 
 
-RIGHT["11.ex"] = _orders_11
+RIGHT["13.ex"] = _orders_13
 
 
 def _tensors_to_free_06():
@@ -144,25 +157,25 @@ def _tensors_to_free_09():
 RIGHT["09.ex"] = _tensors_to_free_09
 
 
-def _reserved_12():
+def _reserved_14():
     # the loop itself, on a fresh card: what it reserves while the side stream is busy
     from gpumemlab.devices.simulated import SimulatedGPU
-    from gpumemlab.lessons.streams import BUFFER_12, STEPS_12, side_stream_loop
-    return side_stream_loop(SimulatedGPU("8GiB", alloc_conf=""), STEPS_12, BUFFER_12)[0]
+    from gpumemlab.lessons.streams import BUFFER_14, STEPS_14, side_stream_loop
+    return side_stream_loop(SimulatedGPU("8GiB", alloc_conf=""), STEPS_14, BUFFER_14)[0]
 
 
-RIGHT["12.ex"] = _reserved_12
+RIGHT["14.ex"] = _reserved_14
 
 
-def _offload_13():
+def _offload_15():
     # the reasoning: a kept buffer pins the segment it was carved from until every buffer in that
     # segment leaves; run the trainer's step on a card, read which buffers share a segment, and
     # choose the segments that return the most within the copy budget (a knapsack over them)
     from gpumemlab.devices.simulated import SimulatedGPU
     from gpumemlab.kvcache.sleep_mode import TrainerStep
-    from gpumemlab.lessons.serving_memory import ACTS_13, BUFFERS_13, OFFLOAD_AT_MOST_13
+    from gpumemlab.lessons.serving_memory import ACTS_15, BUFFERS_15, OFFLOAD_AT_MOST_15
     card = SimulatedGPU("24GiB", alloc_conf="", record_history=False, record_frames=False)
-    kept = TrainerStep(activations=ACTS_13, keep=BUFFERS_13).run(card)
+    kept = TrainerStep(activations=ACTS_15, keep=BUFFERS_15).run(card)
     segments = card.memory_snapshot()
     groups = {}
     for k, t in enumerate(kept):
@@ -171,40 +184,40 @@ def _offload_13():
         groups.setdefault(i, []).append(k)
     plans = {0: (0, [])}
     for i, members in groups.items():
-        cost = sum(BUFFERS_13[k] for k in members)
+        cost = sum(BUFFERS_15[k] for k in members)
         for spent, (gain, chosen) in list(plans.items()):
             total = gain + segments[i]["total_size"]
-            if spent + cost <= OFFLOAD_AT_MOST_13 and plans.get(spent + cost, (-1,))[0] < total:
+            if spent + cost <= OFFLOAD_AT_MOST_15 and plans.get(spent + cost, (-1,))[0] < total:
                 plans[spent + cost] = (total, chosen + members)
     return sorted(max(plans.values())[1])
 
 
-RIGHT["13.ex"] = _offload_13
+RIGHT["15.ex"] = _offload_15
 
 
-def _cheapest_levers_14():
+def _cheapest_levers_16():
     # the planner at each count of checkpointed blocks, fewest first (each block's forward is
     # the extra cost; bf16 costs none), in either precision: the first combination that fits
-    from gpumemlab.lessons.will_it_fit import DIMS_14, PRECISIONS_14, plan_14
-    return next({"precision": p, "checkpoint": k} for k in range(DIMS_14["layers"] + 1)
-                for p in PRECISIONS_14 if plan_14(p, k).fits)
+    from gpumemlab.lessons.will_it_fit import DIMS_16, PRECISIONS_16, plan_16
+    return next({"precision": p, "checkpoint": k} for k in range(DIMS_16["layers"] + 1)
+                for p in PRECISIONS_16 if plan_16(p, k).fits)
 
 
-RIGHT["14.ex"] = _cheapest_levers_14
+RIGHT["16.ex"] = _cheapest_levers_16
 
 
-def _offloaded_layers_15():
+def _offloaded_layers_17():
     # the reasoning: every offloaded activation stays pinned until backward; one at most the
     # threshold pins the next power of two, one above it its exact size. Offload the set that
     # moves the most activation bytes within the host, a knapsack over the pinned blocks
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15, THRESHOLD_15
-    blocks = [1 << (a - 1).bit_length() if a <= THRESHOLD_15 * MiB else a for a in EX_ACTS_15]
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_17, EX_HOST_17, THRESHOLD_17
+    blocks = [1 << (a - 1).bit_length() if a <= THRESHOLD_17 * MiB else a for a in EX_ACTS_17]
     plans = {0: (0, [])}
-    for i, (size, block) in enumerate(zip(EX_ACTS_15, blocks)):
+    for i, (size, block) in enumerate(zip(EX_ACTS_17, blocks)):
         for pinned, (moved, chosen) in list(plans.items()):
-            if pinned + block <= EX_HOST_15 and plans.get(pinned + block, (-1,))[0] < moved + size:
+            if pinned + block <= EX_HOST_17 and plans.get(pinned + block, (-1,))[0] < moved + size:
                 plans[pinned + block] = (moved + size, chosen + [i])
     return max(plans.values())[1]
 
 
-RIGHT["15.ex"] = _offloaded_layers_15
+RIGHT["17.ex"] = _offloaded_layers_17

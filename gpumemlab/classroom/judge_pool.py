@@ -27,11 +27,11 @@ import time
 ANSWER_LIMIT = 64 << 10          # bytes of JSON per answer: what any question needs, and more
 VERDICT_LIMIT = 16 << 10         # bytes a child may send back
 LIMITS = {"memory_bytes": 1 << 30, "cpu_s": 20, "wall_s": 30}
-# Judges that plan a training step: 14.ex runs the planner (a GPT step on fake tensors) up to
+# Judges that plan a training step: 16.ex runs the planner (a GPT step on fake tensors) up to
 # three times, the answer's and the two one-block-cheaper ones. Measured: 6 s of CPU and 10-20 s
 # of wall time for a right answer, and past 30 s with both cores of a 2-core machine busy, so
 # a right answer failed. Their budget is three times the others', never below the teacher's.
-SLOW_JUDGES = {"14.ex": {"cpu_s": 60, "wall_s": 90}}
+SLOW_JUDGES = {"16.ex": {"cpu_s": 60, "wall_s": 90}}
 GRADER_ERROR = "the grader could not judge this answer"
 
 

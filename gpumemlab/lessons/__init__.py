@@ -6,10 +6,10 @@ A lesson's author finds everything in ``notebooks/src/NN_topic.py`` plus its mod
   ``allocator_settings`` (05), ``expandable_segments`` (06), ``activations`` (07, with its model
   ``tiny_lm``), ``paged_kv_cache`` (08), ``diagnose_your_run`` (09, with ``training_run``, the torch loop
   that made its recording in ``data/``), ``memory_that_grows`` (10, with its
-  real torch loops ``growth_cases``), ``pools_and_graphs`` (11),
-  ``streams`` (12), ``serving_memory`` (13), ``will_it_fit`` (14: its
+  real torch loops ``growth_cases``), ``allocation_order`` (12), ``pools_and_graphs`` (13),
+  ``streams`` (14), ``serving_memory`` (15), ``will_it_fit`` (16: its
   exercise, judged by the planner, and its questions; the planner itself is
-  ``gpumemlab.planner``), ``memory_beyond_the_gpu`` (15: pinned host memory and offload);
+  ``gpumemlab.planner``), ``memory_beyond_the_gpu`` (17: pinned host memory and offload);
 * ``capture_demo``: a small transformer and training step to capture on the CPU;
 * ``selftest`` (and its child process ``selftest_worker``): every lesson's workload on the model
   and, with CUDA, on the real card, compared; ``experiment`` (``gml.experiment``): one of them on
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from gpumemlab.quizkit import exercise, predict, reveal
 from gpumemlab.quizkit.lesson_exercises import all_exercises, get, judge, judge_json
-from . import (activations, allocator_settings, diagnose_your_run,  # noqa: F401
+from . import (activations, allocation_order, allocator_settings, diagnose_your_run,  # noqa: F401
                empty_cache, expandable_segments, fragmentation, memory_beyond_the_gpu,
                memory_that_grows,
                paged_kv_cache, pools_and_graphs, reading_the_evidence, serving_memory,

@@ -20,11 +20,11 @@ CLASS_MINUTES = 50          # one class period: the length a lesson should fit
 
 # Which lessons each audience takes, in order, and why (the only content typed in here).
 TRACKS = {
-    "training": ("00 01 02 03 04 05 06 07 09 10 14 15",
+    "training": ("00 01 02 03 04 05 06 07 09 10 16 17",
                  "a training run that runs out of memory or grows: from the cache to will-it-fit and offload"),
-    "serving": ("00 01 02 03 04 06 08 11 12 13",
+    "serving": ("00 01 02 03 04 06 08 12 13 14 15",
                 "an inference server: fragmentation, paged KV caches, graphs, streams, sleep/wake"),
-    "teaching": ("00 01 02 03 04 05 06 07 08 09 10 11 12 13 14 15",
+    "teaching": ("00 01 02 03 04 05 06 07 08 09 10 12 13 14 15 16 17",
                  "every lesson, with the graded assignments of docs/COURSE.md"),
 }
 

@@ -1,4 +1,4 @@
-"""Lesson 15, memory beyond the GPU: pinned host memory as PyTorch's ``CachingHostAllocator``
+"""Lesson 17, memory beyond the GPU: pinned host memory as PyTorch's ``CachingHostAllocator``
 pins it (power-of-two ``roundSize``, ``pinned_max_round_threshold_mb``, a block held by a
 non-blocking copy's event until ``process_events`` sees it complete), and activation offload
 (``torch.autograd.graph.save_on_cpu(pin_memory=True)``) against checkpointing on a card that is
@@ -19,14 +19,15 @@ from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import GiB, MiB, format_size
 
-REQUEST_15 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
-THRESHOLD_15 = 64                      # pinned_max_round_threshold_mb of section 3
-SWEEP_15 = (40 * MiB, 100 * MiB)       # section 3's two requests
+REQUEST_17 = int(20.4 * GiB)          # sgl-project/sglang#36562's pinned buffer
+THRESHOLD_17 = 64                      # pinned_max_round_threshold_mb of section 3
+SWEEP_17 = (40 * MiB, 100 * MiB)       # section 3's two requests
 
 # section 4's step and card: weights, eight layers of 24 MiB saved activations
-STEP_15 = dict(weights=512 * MiB, layers=8, act_bytes=24 * MiB, input_bytes=3 * MiB)
-CARD_15 = "640MiB"
-MODES_15 = ("keep", "checkpoint", "offload")
+STEP_17 = dict(weights=512 * MiB, layers=8, act_bytes=24 * MiB, input_bytes=3 * MiB)
+CARD_17 = "640MiB"
+MODES_17 = ("keep", "checkpoint", "offload")
+
 
 
 
@@ -38,8 +39,8 @@ def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
     pinned host block in forward, as save_on_cpu's blocking ``copy_``, and back with a
     non-blocking copy in backward). Returns the figures; an OOM (device or host) ends the step
     and is named in ``oom``."""
-    if mode not in MODES_15:
-        raise ValueError(f"mode is one of {', '.join(MODES_15)}, not {mode!r}")
+    if mode not in MODES_17:
+        raise ValueError(f"mode is one of {', '.join(MODES_17)}, not {mode!r}")
     live, host = [], []
     out = {"mode": mode, "oom": None, "recomputed_layers": 0, "moved_bytes": 0,
            "host_peak_bytes": 0}
@@ -92,59 +93,59 @@ def layered_step(gpu, mode: str, *, weights: int, layers: int, act_bytes: int,
     return out
 
 
-def compare_15(card=CARD_15, alloc_conf="", host_memory=None, step=None) -> dict:
+def compare_17(card=CARD_17, alloc_conf="", host_memory=None, step=None) -> dict:
     """``layered_step`` in each mode on a fresh SimulatedGPU of ``card``: {mode: figures}."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    step = STEP_15 if step is None else step
+    step = STEP_17 if step is None else step
     return {m: layered_step(SimulatedGPU(card, alloc_conf=alloc_conf, host_memory=host_memory,
                                          record_frames=False), m, **step)
-            for m in MODES_15}
+            for m in MODES_17}
 
 
 # the exercise: a step whose layers save activations of different sizes, a host that can pin
 # only part of them (the others are recomputed), under section 3's threshold
-EX_ACTS_15 = tuple(m * MiB + k * 1024 for m, k in (
+EX_ACTS_17 = tuple(m * MiB + k * 1024 for m, k in (
     (40, 512), (66, 0), (23, 256), (61, 0), (97, 512), (34, 0), (70, 768), (18, 0), (120, 0),
     (44, 256), (63, 512), (29, 0), (81, 0), (36, 768), (58, 0), (17, 512), (110, 256), (49, 0),
     (65, 512), (31, 0)))
-EX_CARD_15, EX_HOST_15 = "3GiB", 640 * MiB
-EX_CONF_15 = f"pinned_max_round_threshold_mb:{THRESHOLD_15}"
-EX_WEIGHTS_15, EX_INPUT_15 = 256 * MiB, 4 * MiB
+EX_CARD_17, EX_HOST_17 = "3GiB", 640 * MiB
+EX_CONF_17 = f"pinned_max_round_threshold_mb:{THRESHOLD_17}"
+EX_WEIGHTS_17, EX_INPUT_17 = 256 * MiB, 4 * MiB
 
 
-def planned_step_15(offloaded) -> dict:
-    """The exercise's step on a fresh card under ``EX_CONF_15`` with a host that can pin
-    ``EX_HOST_15``: layer i saves ``EX_ACTS_15[i]``; the layers numbered in ``offloaded`` copy it
+def planned_step_17(offloaded) -> dict:
+    """The exercise's step on a fresh card under ``EX_CONF_17`` with a host that can pin
+    ``EX_HOST_17``: layer i saves ``EX_ACTS_17[i]``; the layers numbered in ``offloaded`` copy it
     to pinned host memory (save_on_cpu's pack), the others are checkpointed (their input kept,
     the layer run again in backward). Returns the figures; an OOM is named in ``oom``."""
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    gpu = SimulatedGPU(EX_CARD_15, alloc_conf=EX_CONF_15, host_memory=EX_HOST_15,
+    gpu = SimulatedGPU(EX_CARD_17, alloc_conf=EX_CONF_17, host_memory=EX_HOST_17,
                        record_frames=False, record_history=False)
     out = {"oom": None, "recomputed_bytes": 0, "host_peak_bytes": 0}
     chosen, held = set(offloaded), []
     try:
-        held.append(gpu.empty(EX_WEIGHTS_15))
+        held.append(gpu.empty(EX_WEIGHTS_17))
         host, kept = {}, {}
-        for i, size in enumerate(EX_ACTS_15):                 # forward
+        for i, size in enumerate(EX_ACTS_17):                 # forward
             act = gpu.empty(size)
             if i in chosen:
                 host[i] = gpu.pin(size)
                 gpu.copy_(host[i], act)
             else:
-                kept[i] = gpu.empty(EX_INPUT_15)
+                kept[i] = gpu.empty(EX_INPUT_17)
             act.free()
             out["host_peak_bytes"] = max(out["host_peak_bytes"], gpu.host_pinned_bytes())
-        for i in reversed(range(len(EX_ACTS_15))):           # backward
-            act = gpu.empty(EX_ACTS_15[i])
+        for i in reversed(range(len(EX_ACTS_17))):           # backward
+            act = gpu.empty(EX_ACTS_17[i])
             if i in chosen:
                 gpu.copy_(act, host[i], non_blocking=True)
                 host.pop(i).free()
             else:
-                out["recomputed_bytes"] += EX_ACTS_15[i]
+                out["recomputed_bytes"] += EX_ACTS_17[i]
                 kept.pop(i).free()
-            grad = gpu.empty(EX_INPUT_15)
+            grad = gpu.empty(EX_INPUT_17)
             act.free()
             grad.free()
         gpu.synchronize()
@@ -155,29 +156,29 @@ def planned_step_15(offloaded) -> dict:
     return out
 
 
-_BEST_15 = []
+_BEST_17 = []
 
 
-def RECOMPUTE_AT_MOST_15() -> int:
+def RECOMPUTE_AT_MOST_17() -> int:
     """The fewest activation bytes a plan must recompute: what the best set of offloaded layers
     leaves (a knapsack over each activation's pinned block, as ``host_round_size`` rounds it,
     against the host), checked on the simulated step."""
-    if not _BEST_15:
+    if not _BEST_17:
         from gpumemlab.allocator.host.rounding import host_round_size
         plans = {0: (0, ())}                     # pinned bytes -> (offloaded bytes, layers)
-        for i, size in enumerate(EX_ACTS_15):
-            block = host_round_size(size, THRESHOLD_15 * MiB)
+        for i, size in enumerate(EX_ACTS_17):
+            block = host_round_size(size, THRESHOLD_17 * MiB)
             for pinned, (moved, layers) in list(plans.items()):
-                if pinned + block <= EX_HOST_15 and plans.get(pinned + block, (-1,))[0] < moved + size:
+                if pinned + block <= EX_HOST_17 and plans.get(pinned + block, (-1,))[0] < moved + size:
                     plans[pinned + block] = (moved + size, layers + (i,))
-        run = planned_step_15(max(plans.values())[1])
+        run = planned_step_17(max(plans.values())[1])
         assert run["oom"] is None, run["oom"]
-        _BEST_15.append(run["recomputed_bytes"])
-    return _BEST_15[0]
+        _BEST_17.append(run["recomputed_bytes"])
+    return _BEST_17[0]
 
 
 def _layer_numbers(answer) -> list:
-    n = len(EX_ACTS_15)
+    n = len(EX_ACTS_17)
     if not isinstance(answer, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in answer):
         raise AnswerShapeError(f"the answer is a list of layer numbers, 0 to {n - 1}")
@@ -188,15 +189,15 @@ def _layer_numbers(answer) -> list:
     return sorted(set(answer))
 
 
-@exercise("15.ex", "which activations to offload to a small host",
-          f"A step of {len(EX_ACTS_15)} layers saves activations of EX_ACTS_15 bytes, one a "
+@exercise("17.ex", "which activations to offload to a small host",
+          f"A step of {len(EX_ACTS_17)} layers saves activations of EX_ACTS_17 bytes, one a "
           "layer (gpumemlab.lessons.memory_beyond_the_gpu). Each layer either offloads its "
           "activation with save_on_cpu(pin_memory=True) or is checkpointed and recomputed in "
-          f"backward. The host can pin {format_size(EX_HOST_15)}, under {EX_CONF_15} (section "
+          f"backward. The host can pin {format_size(EX_HOST_17)}, under {EX_CONF_17} (section "
           "3's threshold). Which layers (their numbers) should offload, so that the step runs "
-          "without an OOM and recomputes at most RECOMPUTE_AT_MOST_15() bytes of activations "
-          "(the same module)? planned_step_15(layers) runs a plan on the simulated card.",
-          "a list of layer numbers (indices into EX_ACTS_15)",
+          "without an OOM and recomputes at most RECOMPUTE_AT_MOST_17() bytes of activations "
+          "(the same module)? planned_step_17(layers) runs a plan on the simulated card.",
+          "a list of layer numbers (indices into EX_ACTS_17)",
           hints=("In forward every offloaded activation is pinned at once, until backward: what "
                  "does each one pin, under the threshold?",
                  "At most the threshold, a request is rounded up to the next power of two; above "
@@ -205,31 +206,31 @@ def _layer_numbers(answer) -> list:
                  "Choose the layers that move the most activation bytes for the pinned bytes "
                  "they cost, within the host's budget: compare the sets that fill it."),
           stub=[])
-def _judge_15(answer):
+def _judge_17(answer):
     from gpumemlab.allocator.host.rounding import host_round_size
 
     chosen = _layer_numbers(answer)
-    run = planned_step_15(chosen)
-    most = RECOMPUTE_AT_MOST_15()
-    exact = sum(EX_ACTS_15[i] for i in chosen)
-    blocks = sum(host_round_size(EX_ACTS_15[i], THRESHOLD_15 * MiB) for i in chosen)
+    run = planned_step_17(chosen)
+    most = RECOMPUTE_AT_MOST_17()
+    exact = sum(EX_ACTS_17[i] for i in chosen)
+    blocks = sum(host_round_size(EX_ACTS_17[i], THRESHOLD_17 * MiB) for i in chosen)
     figures = {"offloaded": chosen, "host_peak_bytes": run["host_peak_bytes"],
                "recomputed_bytes": run["recomputed_bytes"], "oom": run["oom"]}
     if run["oom"] is not None:
         why = f"the step runs out of memory: {run['oom']}"
-        if exact <= EX_HOST_15 < blocks:
+        if exact <= EX_HOST_17 < blocks:
             why = (f"the host runs out: those activations add up to {format_size(exact)}, "
-                   f"within its {format_size(EX_HOST_15)}, but each one at most "
-                   f"{THRESHOLD_15} MiB is pinned as the next power of two, "
+                   f"within its {format_size(EX_HOST_17)}, but each one at most "
+                   f"{THRESHOLD_17} MiB is pinned as the next power of two, "
                    f"{format_size(blocks)} in all")
         return False, why, figures
     if run["recomputed_bytes"] <= most:
         return True, (f"the host pins {format_size(run['host_peak_bytes'])} of its "
-                      f"{format_size(EX_HOST_15)} and the step recomputes "
+                      f"{format_size(EX_HOST_17)} and the step recomputes "
                       f"{format_size(run['recomputed_bytes'])} of activations"), figures
     return False, (f"it runs, but recomputes {format_size(run['recomputed_bytes'])} of "
                    f"activations, more than {format_size(most)}: the host's "
-                   f"{format_size(EX_HOST_15)} can hold layers that move more for the pinned "
+                   f"{format_size(EX_HOST_17)} can hold layers that move more for the pinned "
                    f"bytes they cost"), figures
 
 
@@ -266,22 +267,22 @@ def offload_activations(gpu, *, release: bool = True):
 
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart, and name the rule behind the usual wrong answers)
-question("15.p1", "size", misconceptions=(
-    Misconception(lambda a: REQUEST_15, "That is the request itself: the host allocator rounds "
+question("17.p1", "size", misconceptions=(
+    Misconception(lambda a: REQUEST_17, "That is the request itself: the host allocator rounds "
                   "every pinned request up to the next power of two (roundSize), unless a "
                   "threshold says otherwise."),
 ))
-question("15.p2", "choice", choices=("the freed block", "a new block"), misconceptions=(
+question("17.p2", "choice", choices=("the freed block", "a new block"), misconceptions=(
     Misconception("the freed block", "The block was freed, but a non-blocking copy recorded an "
                   "event on it: process_events reuses it only once that event has completed."),
 ))
-question("15.p3", "size", misconceptions=(
+question("17.p3", "size", misconceptions=(
     Misconception(lambda a: 2 * 128 * MiB, "That rounds both: the threshold stops rounding for "
                   "requests above it, so the larger request is pinned at its exact size."),
-    Misconception(lambda a: sum(SWEEP_15), "That rounds neither: a request at or below the "
+    Misconception(lambda a: sum(SWEEP_17), "That rounds neither: a request at or below the "
                   "threshold is still rounded up to a power of two."),
 ))
-question("15.p4", "size", misconceptions=(
-    Misconception(lambda a: STEP_15["layers"] * STEP_15["act_bytes"], "That is the activations' "
+question("17.p4", "size", misconceptions=(
+    Misconception(lambda a: STEP_17["layers"] * STEP_17["act_bytes"], "That is the activations' "
                   "own size: each one is its own pinned request, rounded to a power of two."),
 ))

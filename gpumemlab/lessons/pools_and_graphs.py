@@ -1,4 +1,4 @@
-"""Lesson 11's workload and exercise: CUDA graphs for several batch sizes captured into one shared
+"""Lesson 13's workload and exercise: CUDA graphs for several batch sizes captured into one shared
 private pool, where the capture order decides how much the pool reserves. The exercise asks, for a
 second model whose captured step the lesson's functions do not model, for every order that reserves
 more than largest first; the judge captures all 24 on fresh
@@ -9,7 +9,7 @@ from gpumemlab.units import format_size, MiB
 from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
-CARD_11 = "8GiB"
+CARD_13 = "8GiB"
 
 
 def captured_step(gpu, batch: int):
@@ -22,7 +22,7 @@ def captured_step(gpu, batch: int):
     return out
 
 
-def capture_graphs(batches, share: bool = True, total_memory=CARD_11, alloc_conf: str = ""):
+def capture_graphs(batches, share: bool = True, total_memory=CARD_13, alloc_conf: str = ""):
     """Capture one graph per batch size, in this order, on a fresh card (allocator settings
     ``alloc_conf``); with ``share`` all into one pool from ``graph_pool_handle()``. Returns
     (gpu, graphs, outputs): keep them, they hold the pool."""
@@ -39,71 +39,71 @@ def capture_graphs(batches, share: bool = True, total_memory=CARD_11, alloc_conf
     return gpu, graphs, outs
 
 
-BATCHES_11 = (8, 4, 2, 1)    # the lesson's four graphs; largest first is the order it recommends
+BATCHES_13 = (8, 4, 2, 1)    # the lesson's four graphs; largest first is the order it recommends
 
 
-def reserved_11(order) -> int:
+def reserved_13(order) -> int:
     """What the shared pool reserves once the graphs are captured in ``order`` (bytes)."""
     gpu, _graphs, _outs = capture_graphs(list(order))
     return gpu.memory_reserved()
 
 
-def steps_11(order) -> list:
+def steps_13(order) -> list:
     """What the shared pool reserves after each capture of ``order`` (bytes, one a capture)."""
     # each prefix on a fresh card: the state after capture k is that of the first k captures
-    return [reserved_11(order[:k]) for k in range(1, len(order) + 1)]
+    return [reserved_13(order[:k]) for k in range(1, len(order) + 1)]
 
 
-def growth_11(order) -> list:
+def growth_13(order) -> list:
     """The batches of ``order`` after whose capture the shared pool reserves more than before
     (the first capture always does)."""
-    steps = steps_11(order)
+    steps = steps_13(order)
     return [b for k, b in enumerate(order) if k and steps[k] > steps[k - 1]]
 
 
 # The exercise's second model: its step is not the lesson's (no function here captures it), so
 # the lesson's own captures over all 24 orders answer the lesson's case, not this one.
-TEMP_PER_SEQ_11EX, OUT_PER_SEQ_11EX = 3 * MiB, MiB   # one temporary, one output
+TEMP_PER_SEQ_13EX, OUT_PER_SEQ_13EX = 3 * MiB, MiB   # one temporary, one output
 
 
 def _second_model_reserved(order) -> int:
     from gpumemlab.devices.simulated import SimulatedGPU
 
-    gpu = SimulatedGPU(CARD_11, alloc_conf="")
+    gpu = SimulatedGPU(CARD_13, alloc_conf="")
     handle = gpu.graph_pool_handle()
     graphs, outs = [], []
     for b in order:
         g = gpu.CUDAGraph()
         with gpu.graph(g, pool=handle):
-            temp = gpu.empty(TEMP_PER_SEQ_11EX * b)
-            outs.append(gpu.empty(OUT_PER_SEQ_11EX * b))
+            temp = gpu.empty(TEMP_PER_SEQ_13EX * b)
+            outs.append(gpu.empty(OUT_PER_SEQ_13EX * b))
             del temp
         graphs.append(g)
     return gpu.memory_reserved()
 
 
 def _orders_answer(answer) -> list:
-    want = sorted(BATCHES_11)
+    want = sorted(BATCHES_13)
     if not isinstance(answer, list) or not all(
             isinstance(o, list) and sorted(o) == want and
             all(isinstance(b, int) and not isinstance(b, bool) for b in o) for o in answer):
         raise AnswerShapeError(f"the answer is a list of orders, each a list of the batch sizes "
-                               f"{list(BATCHES_11)} in some order")
+                               f"{list(BATCHES_13)} in some order")
     orders = [tuple(o) for o in answer]
     if len(set(orders)) != len(orders):
         raise AnswerShapeError("an order is listed twice")
     return orders
 
 
-_STEP_11EX = (f"ONE temporary of {TEMP_PER_SEQ_11EX // MiB} MiB a sequence that dies at the "
-              f"end of the capture, and an output of {OUT_PER_SEQ_11EX // MiB} MiB a sequence "
+_STEP_13EX = (f"ONE temporary of {TEMP_PER_SEQ_13EX // MiB} MiB a sequence that dies at the "
+              f"end of the capture, and an output of {OUT_PER_SEQ_13EX // MiB} MiB a sequence "
               f"that stays")
 
 
-@exercise("11.ex", "capture orders for a second model",
+@exercise("13.ex", "capture orders for a second model",
           "A second model is served the same way: graphs for batch sizes 8, 4, 2 and 1 captured "
           "one after the other into one shared pool. Its captured step is not the lesson's: "
-          f"batch b makes {_STEP_11EX} (where the lesson's makes three temporaries). List EVERY "
+          f"batch b makes {_STEP_13EX} (where the lesson's makes three temporaries). List EVERY "
           "order of the four captures in which the pool reserves MORE than with batch 8 first "
           "(8, 4, 2, 1). No function of the lesson captures this step: work it out from the "
           "segment rules, as the lesson's 24 orders did for its own step, then check.",
@@ -118,12 +118,12 @@ _STEP_11EX = (f"ONE temporary of {TEMP_PER_SEQ_11EX // MiB} MiB a sequence that 
                  "An order reserves more exactly when it opens a segment that largest first does "
                  "not open. Which request can do that, and only from which place in the order?"),
           stub=[])
-def _judge_11(answer):
+def _judge_13(answer):
     from itertools import permutations
 
     orders = _orders_answer(answer)
-    everyone = list(permutations(BATCHES_11))
-    largest_first = tuple(sorted(BATCHES_11, reverse=True))
+    everyone = list(permutations(BATCHES_13))
+    largest_first = tuple(sorted(BATCHES_13, reverse=True))
     reserved = {o: _second_model_reserved(o) for o in everyone}
     least = reserved[largest_first]
     wanted = {o for o, r in reserved.items() if r > least}
@@ -132,7 +132,7 @@ def _judge_11(answer):
     figures = {"orders_listed": len(orders), "largest_first_reserves": least}
     if set(orders) == wanted:
         figures["reserved"] = {"-".join(map(str, o)): reserved[o] for o in orders}
-        t = {b: format_size(TEMP_PER_SEQ_11EX * b) for b in BATCHES_11}
+        t = {b: format_size(TEMP_PER_SEQ_13EX * b) for b in BATCHES_13}
         return True, (f"these {len(orders)} orders reserve more than {format_size(least)}: only "
                       f"batch 4 captured first opens a segment of exactly its {t[4]} temporary, "
                       f"which no other order opens. Any other first capture either opens batch "
@@ -142,7 +142,7 @@ def _judge_11(answer):
     if not orders:
         return False, (f"no order listed: with batch 8 first the pool reserves "
                        f"{format_size(least)}; which orders reserve more?"), figures
-    lessons_step = {o for o in everyone if reserved_11(o) > reserved_11(largest_first)}
+    lessons_step = {o for o in everyone if reserved_13(o) > reserved_13(largest_first)}
     if set(orders) == lessons_step:
         return False, ("these are the orders that reserve more for the lesson's own step (three "
                        "temporaries a capture); this model makes one: redo which requests find a "
@@ -158,31 +158,20 @@ def _judge_11(answer):
 
 
 # -- the lesson's predict questions (see why_a_cache)
+question("13.p1", "size", misconceptions=(
+    Misconception(lambda a: 40 * MiB, "The pool's free 40 MiB block never serves a request "
+                  "outside the pool, and empty_cache() leaves a live pool's cache alone: the "
+                  "tensor outside opens a segment of its own beside it."),
+))
 def _largest_first(_actual) -> int:
     gpu, graphs, outs = capture_graphs([8, 4, 2, 1])
     return gpu.memory_reserved()
 
 
-question("11.p1", "size", misconceptions=(
-    Misconception(lambda a: 20 * MiB, "20 MiB is the live bytes (and what the small-first "
-                  "orders reserve): big first, the 12 MiB request (10 MiB or more) gets a "
-                  "segment of its own, and the two 4 MiB tensors then open a 20 MiB one."),
-))
-question("11.p2", "size", misconceptions=(
-    Misconception(lambda a: 8 * MiB, "The 8 MiB the eight tensors left in the small pool "
-                  "cannot serve a request over 1 MiB: 1 MiB + 1 B opens a 20 MiB large segment "
-                  "beside them."),
-))
-question("11.p3", "size")
-question("11.p5", "size", misconceptions=(
-    Misconception(lambda a: 128 * MiB, "128 MiB is what the four tensors need, and what the "
-                  "eight freed blocks add up to; but each 16 MiB block is a segment of its own, "
-                  "segments never merge, so no freed block can serve 32 MiB."),
-))
 def _smallest_first_rule() -> str:
     # computed when shown: which captures grow the pool, and by how much, are the simulator's
-    order = tuple(sorted(BATCHES_11))
-    steps, grew = steps_11(order), growth_11(order)
+    order = tuple(sorted(BATCHES_13))
+    steps, grew = steps_13(order), growth_13(order)
     kept = [b for b in order[1:] if b not in grew]
     said = (f"That is what the largest-first order reserves. Smallest first, the pool reserves "
             f"{', '.join(format_size(r) for r in steps)} after the captures of batches "
@@ -195,18 +184,18 @@ def _smallest_first_rule() -> str:
     return said + "."
 
 
-question("11.p4", "size", misconceptions=(
+question("13.p2", "size", misconceptions=(
     Misconception(_largest_first, _smallest_first_rule),
 ))
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)
-LARGEST_FIRST_11 = (8, 4, 2, 1)
+LARGEST_FIRST_13 = (8, 4, 2, 1)
 
 
-def graph_capture_order(gpu, *, orders=(LARGEST_FIRST_11, tuple(reversed(LARGEST_FIRST_11))),
+def graph_capture_order(gpu, *, orders=(LARGEST_FIRST_13, tuple(reversed(LARGEST_FIRST_13))),
                         release: bool = True):
-    """Lesson 11's captures as plain allocations: for each order, one graph per batch size
+    """Lesson 13's captures as plain allocations: for each order, one graph per batch size
     captured into one shared pool (``graph_pool_handle``), each capture making three 3 MiB-a-
     sequence activations that die and a 1 MiB-a-sequence output that stays; then the outputs are
     freed, the graphs reset and the cache emptied before the next order.

@@ -32,6 +32,7 @@ from .why_a_cache import cache_reuse
 from .empty_cache import empty_cache_story
 from .memory_that_grows import growing_loop
 from .paged_kv_cache import kv_contiguous, kv_paged
+from .allocation_order import allocation_order
 from .pools_and_graphs import graph_capture_order
 from .serving_memory import graph_pool_outputs
 from .streams import record_stream_pending
@@ -96,14 +97,21 @@ def _grows_by_one_output(rec):
 
 
 def _kept_outputs_grow_the_pool(rec):
-    """Lesson 13: outputs kept alive make the shared graph pool reserve more than weak references."""
+    """Lesson 15: outputs kept alive make the shared graph pool reserve more than weak references."""
     weak, kept = rec.notes["pool_reserved"]
     return _want(f"the shared pool reserved {weak} bytes with outputs released and {kept} with "
                  f"outputs kept; the lesson says keeping them needs more", 0 < weak < kept)
 
 
+def _big_first_reserves_more(rec):
+    """Lesson 12: the same three tensors reserve more allocated big first than big last."""
+    big_first, big_last = rec.notes["reserved"]
+    return _want(f"12, 4 and 4 MiB reserved {big_first} bytes big first and {big_last} big last; "
+                 f"the lesson says big first needs more", big_first > big_last > 0)
+
+
 def _largest_first_reserves_least(rec):
-    """Lesson 11: captured largest batch first, the shared pool reserves less than smallest first."""
+    """Lesson 13: captured largest batch first, the shared pool reserves less than smallest first."""
     largest_first, smallest_first = rec.notes["pool_reserved"]
     return _want(f"the shared pool reserved {largest_first} bytes captured largest first and "
                  f"{smallest_first} smallest first; the lesson says largest first needs less",
@@ -144,16 +152,18 @@ SCENARIOS = [
              check=lambda r: _grows_by_one_output(r)),
     Scenario("growing_loop_fixed", "10", growing_loop, expect_oom=False,
              kwargs={"keep_outputs": False}, check=lambda r: _grows_by_one_output(r)),
-    Scenario("graph_capture_order", "11", graph_capture_order, expect_oom=False,
+    Scenario("allocation_order", "12", allocation_order, expect_oom=False,
+             check=_big_first_reserves_more),
+    Scenario("graph_capture_order", "13", graph_capture_order, expect_oom=False,
              check=_largest_first_reserves_least),
-    Scenario("record_stream_pending", "12", record_stream_pending, expect_oom=False,
+    Scenario("record_stream_pending", "14", record_stream_pending, expect_oom=False,
              check=lambda r: _want("a block pending on a busy stream was reused, or a free one "
                                    "after the synchronize was not",
                                    not r.notes["reused_while_busy"]
                                    and r.notes["reused_after_sync"])),
-    Scenario("graph_pool_outputs", "13", graph_pool_outputs, expect_oom=False,
+    Scenario("graph_pool_outputs", "15", graph_pool_outputs, expect_oom=False,
              check=_kept_outputs_grow_the_pool),
-    Scenario("offload_activations", "15", offload_activations, expect_oom=False,
+    Scenario("offload_activations", "17", offload_activations, expect_oom=False,
              check=lambda r: _want("an offloaded activation left more than one on the device",
                                    len({s["reserved"] for s in r.steps}) == 1)),
 ]

@@ -1,4 +1,4 @@
-"""Lesson 13, serving memory beyond pages: its exercise (which of a trainer's kept rollout
+"""Lesson 15, serving memory beyond pages: its exercise (which of a trainer's kept rollout
 buffers to offload, within a copy budget, so that an engine with a larger KV cache still wakes up
 beside it) and its selftest workload ``graph_pool_outputs`` (CUDA graphs captured largest first
 into one shared pool, outputs released or kept). The judge runs the sleep/train/wake cycle of
@@ -14,9 +14,9 @@ from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import format_size, GiB, MiB, parse_size
 
-CARD_13 = "24GiB"
-WEIGHTS_13 = "6GiB"
-GRAPHS_13 = "512MiB"
+CARD_15 = "24GiB"
+WEIGHTS_15 = "6GiB"
+GRAPHS_15 = "512MiB"
 
 
 # -- 13: offload the right rollout buffers so that the engine wakes with more KV cache
@@ -27,15 +27,15 @@ GRAPHS_13 = "512MiB"
 # buffers share a segment); one buffer at a time, or sets of buffers (2**24), is no way there.
 _rng = random.Random(13)
 _acts = [_rng.randint(4, 20) * 64 * MiB for _ in range(15)]
-ACTS_13 = tuple(_acts) + (12 * GiB - sum(_acts),)        # sixteen activations, 12 GiB in all
-BUFFERS_13 = tuple(_rng.randint(8, 200) * MiB for _ in range(24))   # kept after the step
-OFFLOAD_AT_MOST_13 = 1 * GiB    # the buffers copied to the host may add up to at most this
+ACTS_15 = tuple(_acts) + (12 * GiB - sum(_acts),)        # sixteen activations, 12 GiB in all
+BUFFERS_15 = tuple(_rng.randint(8, 200) * MiB for _ in range(24))   # kept after the step
+OFFLOAD_AT_MOST_15 = 1 * GiB    # the buffers copied to the host may add up to at most this
 del _rng, _acts
 
 
 @dataclass
 class OffloadingStep(TrainerStep):
-    """The exercise's trainer step: ``BUFFERS_13`` kept after the step, then the buffers numbered
+    """The exercise's trainer step: ``BUFFERS_15`` kept after the step, then the buffers numbered
     in ``offload`` copied to the host (freed on the GPU). ``placement`` records, for each buffer,
     the address of the segment it was carved from."""
     offload: tuple = ()
@@ -50,17 +50,17 @@ class OffloadingStep(TrainerStep):
         return [t for i, t in enumerate(kept) if i not in self.offload]
 
 
-def cycle_13(offload=(), kv_cache=None) -> tuple:
+def cycle_15(offload=(), kv_cache=None) -> tuple:
     """The lesson's cycle (``empty_cache()`` before the wake-up, default settings) with the
     exercise's trainer, the buffers numbered in ``offload`` moved to the host before
-    ``empty_cache()``, and a KV cache of ``kv_cache`` (``KV_13()`` by default): (the cycle's
+    ``empty_cache()``, and a KV cache of ``kv_cache`` (``KV_15()`` by default): (the cycle's
     result, what the trainer still reserves after ``empty_cache()`` outside the graph pool, the
     step, whose ``placement`` says where each buffer was)."""
     from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
-    step = OffloadingStep(activations=ACTS_13, keep=BUFFERS_13, offload=tuple(offload))
-    r = sleep_wake_cycle(CARD_13, weights=WEIGHTS_13,
-                         kv_cache=KV_13() if kv_cache is None else kv_cache,
-                         graph_pool=GRAPHS_13, trainer=step, empty_cache_before_wake=True)
+    step = OffloadingStep(activations=ACTS_15, keep=BUFFERS_15, offload=tuple(offload))
+    r = sleep_wake_cycle(CARD_15, weights=WEIGHTS_15,
+                         kv_cache=KV_15() if kv_cache is None else kv_cache,
+                         graph_pool=GRAPHS_15, trainer=step, empty_cache_before_wake=True)
     _name, _mapped, reserved, _allocated, _free = next(p for p in r.phases
                                                        if p[0] == "empty_cache()")
     return r, reserved - r.graph_pool_bytes, step
@@ -76,23 +76,23 @@ def _groups(placement) -> dict:
 _KV = []
 
 
-def KV_13() -> int:
+def KV_15() -> int:
     """The KV cache the engine must wake with: what the card leaves once the trainer keeps only
     the segments the best plan cannot empty (computed once, by the simulator)."""
     if not _KV:
-        _r, pinned, step = cycle_13((), kv_cache=0)
+        _r, pinned, step = cycle_15((), kv_cache=0)
         # a segment's size: what it adds to the trainer's reserved bytes, read from one run that
         # offloads that segment's buffers alone
         best = {0: 0}
         for address, members in _groups(step.placement).items():
-            cost = sum(BUFFERS_13[i] for i in members)
-            if cost > OFFLOAD_AT_MOST_13:
+            cost = sum(BUFFERS_15[i] for i in members)
+            if cost > OFFLOAD_AT_MOST_15:
                 continue
-            gain = pinned - cycle_13(members, kv_cache=0)[1]
+            gain = pinned - cycle_15(members, kv_cache=0)[1]
             for spent, got in list(best.items()):
-                if spent + cost <= OFFLOAD_AT_MOST_13 and best.get(spent + cost, -1) < got + gain:
+                if spent + cost <= OFFLOAD_AT_MOST_15 and best.get(spent + cost, -1) < got + gain:
                     best[spent + cost] = got + gain
-        room = (parse_size(CARD_13) - parse_size(GRAPHS_13) - parse_size(WEIGHTS_13)
+        room = (parse_size(CARD_15) - parse_size(GRAPHS_15) - parse_size(WEIGHTS_15)
                 - (pinned - max(best.values())))
         _KV.append(room // MiB * MiB)
     return _KV[0]
@@ -102,25 +102,25 @@ def _buffer_numbers(answer) -> list:
     if not isinstance(answer, list) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in answer):
         raise AnswerShapeError(f"the answer is a list of buffer numbers, 0 to "
-                               f"{len(BUFFERS_13) - 1}")
-    wrong = [i for i in answer if not 0 <= i < len(BUFFERS_13)]
+                               f"{len(BUFFERS_15) - 1}")
+    wrong = [i for i in answer if not 0 <= i < len(BUFFERS_15)]
     if wrong:
-        raise AnswerShapeError(f"the buffers are numbered 0 to {len(BUFFERS_13) - 1}; {wrong} "
+        raise AnswerShapeError(f"the buffers are numbered 0 to {len(BUFFERS_15) - 1}; {wrong} "
                                f"are not among them")
     return sorted(set(answer))
 
 
-@exercise("13.ex", "offload the buffers that let the engine wake with more KV cache",
+@exercise("15.ex", "offload the buffers that let the engine wake with more KV cache",
           "A 24 GiB card is shared by a vLLM-like engine (6 GiB of weights, a 512 MiB CUDA-graph "
           "pool) and a trainer. The engine sleeps (level 1); the trainer runs one step "
-          "(kv.TrainerStep with activations=ACTS_13, sixteen of them, and keep=BUFFERS_13: 24 "
+          "(kv.TrainerStep with activations=ACTS_15, sixteen of them, and keep=BUFFERS_15: 24 "
           "rollout buffers it keeps after the step, from gpumemlab.lessons.serving_memory); "
           "then it may copy some of those buffers to the host, adding up to at most "
-          f"{format_size(OFFLOAD_AT_MOST_13)}, before empty_cache() is called and the engine "
+          f"{format_size(OFFLOAD_AT_MOST_15)}, before empty_cache() is called and the engine "
           "wakes up, default allocator settings. The engine's KV cache is now "
-          "KV_13() (the same module). Which buffers (their numbers in BUFFERS_13) should the "
+          "KV_15() (the same module). Which buffers (their numbers in BUFFERS_15) should the "
           "trainer offload so that the engine wakes up?",
-          "a list of buffer numbers (indices into BUFFERS_13)",
+          "a list of buffer numbers (indices into BUFFERS_15)",
           hints=("After empty_cache(), what does the trainer's caching allocator still hold? "
                  "What does offloading one buffer give back while another buffer shares its "
                  "segment?",
@@ -130,14 +130,14 @@ def _buffer_numbers(answer) -> list:
                  "Choose the segments that return the most per byte copied, within the budget, "
                  "then offload every buffer of each."),
           stub=[])
-def _judge_13(answer):
+def _judge_15(answer):
     chosen = _buffer_numbers(answer)
-    cost = sum(BUFFERS_13[i] for i in chosen)
-    if cost > OFFLOAD_AT_MOST_13:
+    cost = sum(BUFFERS_15[i] for i in chosen)
+    if cost > OFFLOAD_AT_MOST_15:
         return False, (f"those buffers add up to {format_size(cost)}, more than the "
-                       f"{format_size(OFFLOAD_AT_MOST_13)} the copy budget allows"), \
+                       f"{format_size(OFFLOAD_AT_MOST_15)} the copy budget allows"), \
             {"offloaded": chosen, "copied": cost}
-    r, pinned, step = cycle_13(chosen)
+    r, pinned, step = cycle_15(chosen)
     groups = _groups(step.placement)
     partial = sorted(min(m) for m in groups.values() if set(m) & set(chosen)
                      and not set(m) <= set(chosen))
@@ -146,10 +146,10 @@ def _judge_13(answer):
     if r.woke:
         return True, (f"offloading {format_size(cost)} empties whole segments: after "
                       f"empty_cache() the trainer still holds {format_size(pinned)} and the "
-                      f"engine wakes with its {format_size(KV_13())} of KV cache"), figures
+                      f"engine wakes with its {format_size(KV_15())} of KV cache"), figures
     why = (f"after empty_cache() the trainer still holds {format_size(pinned)}, the segments "
            f"its remaining buffers were carved from, so the engine cannot map its weights and "
-           f"{format_size(KV_13())} of KV cache")
+           f"{format_size(KV_15())} of KV cache")
     if not chosen:
         return False, why + ": offload some buffers", figures
     if partial:
@@ -162,11 +162,11 @@ def _judge_13(answer):
 
 
 # -- the selftest workload (run on the simulator and, with CUDA, on the real card)
-SIZES_13 = (8, 4, 2, 1)
+SIZES_15 = (8, 4, 2, 1)
 
 
-def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
-    """Lesson 13's graph pool as plain allocations: one graph per batch size, largest first,
+def graph_pool_outputs(gpu, *, sizes=SIZES_15, release: bool = True):
+    """Lesson 15's graph pool as plain allocations: one graph per batch size, largest first,
     into one shared pool; each capture makes three 2 MiB-a-sequence activations that die and an
     8 MiB-a-sequence output. First the output is released at once (vLLM keeps a weak reference),
     then, in a fresh pool, every output stays alive. ``notes["pool_reserved"]``: what each pool
@@ -182,13 +182,13 @@ def graph_pool_outputs(gpu, *, sizes=SIZES_13, release: bool = True):
 
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart)
-question("13.p1", "choice", choices=("larger", "about the same", "smaller"), misconceptions=(
+question("15.p1", "choice", choices=("larger", "about the same", "smaller"), misconceptions=(
     Misconception("smaller", "In one shared pool each smaller capture reuses blocks the larger "
                   "ones freed and adds little; the linear rule charges every size as if it "
                   "added as much as the second largest."),
 ))
-question("13.p2", "number", unit="tokens")
-question("13.p3", "choice", choices=("as it is", "empty_cache() before wake_up()",
+question("15.p2", "number", unit="tokens")
+question("15.p3", "choice", choices=("as it is", "empty_cache() before wake_up()",
                                      "empty_cache() with expandable_segments:True", "none of them"),
          misconceptions=(
              Misconception("empty_cache() before wake_up()", "empty_cache() returns only wholly "

@@ -1,4 +1,4 @@
-"""Lesson 12, streams: allocation is stream-ordered; memory used on another stream needs
+"""Lesson 14, streams: allocation is stream-ordered; memory used on another stream needs
 ``record_stream``, whose free waits on an event (c10 ``recordStream``, ``insert_events``,
 ``process_events``). Its exercise (what a loop of side-stream buffers reserves while the side
 stream is busy) and its selftest workload ``record_stream_pending`` (a block freed after
@@ -14,7 +14,7 @@ from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import KiB, MiB, format_size
 
 SIDE_STREAM = 1
-STEPS_12, BUFFER_12 = 6, 7 * MiB + KiB
+STEPS_14, BUFFER_14 = 6, 7 * MiB + KiB
 
 
 def side_stream_loop(gpu, steps: int, nbytes: int, *, record: bool = True):
@@ -34,9 +34,9 @@ def side_stream_loop(gpu, steps: int, nbytes: int, *, record: bool = True):
     return reserved, addresses
 
 
-@exercise("12.ex", "what a busy side stream keeps reserved",
-          f"A data loader fills each batch on a side stream. Each of {STEPS_12} steps allocates "
-          f"a {format_size(BUFFER_12)} buffer on the default stream ({BUFFER_12:,} bytes), "
+@exercise("14.ex", "what a busy side stream keeps reserved",
+          f"A data loader fills each batch on a side stream. Each of {STEPS_14} steps allocates "
+          f"a {format_size(BUFFER_14)} buffer on the default stream ({BUFFER_14:,} bytes), "
           "calls record_stream(buffer, side) and frees it at the end of the step; the side "
           "stream stays busy for the whole loop. Starting from a fresh card with default "
           "settings, how much does the card reserve at the end of the loop, before anything "
@@ -48,16 +48,16 @@ def side_stream_loop(gpu, steps: int, nbytes: int, *, record: bool = True):
                  "many of these buffers fit in one?",
                  "Count the segments the loop needs, times 20 MiB."),
           stub=None)
-def _judge_12(answer):
+def _judge_14(answer):
     from gpumemlab.devices.simulated import SimulatedGPU
 
     guess = size_answer(answer, name="the reserved size")
     gpu = SimulatedGPU("8GiB", alloc_conf="")
-    reserved, addresses = side_stream_loop(gpu, STEPS_12, BUFFER_12)
+    reserved, addresses = side_stream_loop(gpu, STEPS_14, BUFFER_14)
     figures = {"reserved_bytes": reserved, "segments": len(gpu.memory_snapshot()),
                "distinct_addresses": len(set(addresses))}
     if guess == reserved:
-        return True, (f"{format_size(reserved)}: none of the {STEPS_12} pending buffers could "
+        return True, (f"{format_size(reserved)}: none of the {STEPS_14} pending buffers could "
                       f"be reused, and they fill {figures['segments']} segments"), figures
     hint = ("too little: a pending block is not reused while its stream is busy"
             if guess < reserved else "too much: count how many buffers one segment holds")
@@ -89,12 +89,12 @@ def record_stream_pending(gpu, *, release: bool = True):
 
 # -- the lesson's predict questions (their words are in the lesson; these keep the unit after a
 # kernel restart, and name the rule behind the usual wrong answers)
-question("12.p1", "choice", choices=("the freed tensor's address", "a new address"),
+question("14.p1", "choice", choices=("the freed tensor's address", "a new address"),
          misconceptions=(
     Misconception("a new address", "One stream runs its kernels in order, so a block freed on it "
                   "can go to the next tensor of that stream at once: no event, no wait."),
 ))
-question("12.p2", "size", misconceptions=(
+question("14.p2", "size", misconceptions=(
     Misconception(lambda a: a // 2, "That is one segment: x's block is pending free while the "
                   "side stream is busy, so get_free_block does not see it and y opens a second."),
 ))

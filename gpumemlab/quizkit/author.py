@@ -4,6 +4,7 @@
     python -m gpumemlab.quizkit.author unseal quizzes/02_fragmentation.yaml > DRAFT.yaml
     python -m gpumemlab.quizkit.author check quizzes/         # validate; fail on plain fields
     python -m gpumemlab.quizkit.author hash 02.3 b            # prints salt and hash lines
+    python -m gpumemlab.quizkit.author renumber BANK.yaml 15 17   # a lesson renumbered
 
 A draft is a bank written in clear: ``answer: b`` (choice) or ``answers: [x, y]`` (text),
 each option's ``feedback``, ``hints`` and ``explanation`` in plain text. ``seal`` gives every
@@ -134,6 +135,41 @@ def unseal_text(text: str) -> str:
     return _dump(_header(text), raw)
 
 
+def renumber_text(text: str, old: str, new: str) -> str:
+    """A sealed bank moved from lesson ``old`` to lesson ``new``: ids ``old.K`` become ``new.K`` and
+    ``notebook`` becomes ``new``. Seals and hashes are keyed by the id, so each sealed field is
+    opened under the old id and sealed again under the new one (same salt, same text); a choice
+    answer is found by hashing each letter under the old id. A text question's accepted
+    spellings are not in the bank, so a bank with one is refused."""
+    raw = _load(text)
+    questions = []
+    for q in raw["questions"]:
+        qid = q["id"]
+        if not qid.startswith(old + "."):
+            raise ValueError(f"{qid} is not a question of lesson {old}")
+        draft = {}
+        for key, value in unseal_question(q).items():
+            if key == "id":
+                draft["id"] = new + qid[len(old):]
+            elif key == "answer_hash":
+                letters = [c for c in _LETTERS[:len(q.get("options") or [])]
+                           if hash_answer(qid, c, str(q["salt"])) == value]
+                if len(letters) != 1:
+                    raise ValueError(f"{qid}: no single option matches its answer hash")
+                draft["answer"] = letters[0]
+            elif key == "answer_hashes":
+                raise ValueError(f"{qid}: a text question's answers cannot be moved without them")
+            else:
+                draft[key] = value
+        questions.append(seal_question(draft))
+    raw["questions"] = questions
+    raw["notebook"] = new
+    header = _header(text).replace(f"notebook {old}:", f"notebook {new}:")
+    sealed = _dump(header, raw)
+    parse_bank(_load(sealed), Path("renumbered.yaml"))
+    return sealed
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpumemlab.quizkit.author")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -147,6 +183,11 @@ def main(argv=None) -> int:
     u = sub.add_parser("unseal", help="make feedback, hints and explanations of a sealed bank "
                                       "readable again, to edit it (answers stay hashed)")
     u.add_argument("bank", type=Path)
+    r = sub.add_parser("renumber", help="move a sealed bank to another lesson number: its ids "
+                                        "and seals, printed")
+    r.add_argument("bank", type=Path)
+    r.add_argument("old")
+    r.add_argument("new")
     c = sub.add_parser("check", help="load and validate every bank in a folder; fail if one "
                                      "still has readable feedback, hints or explanations")
     c.add_argument("folder", type=Path)
@@ -156,6 +197,12 @@ def main(argv=None) -> int:
     if args.cmd == "hash":
         salt = args.salt or new_salt()
         print(f"salt: {salt}\nanswer_hash: {hash_answer(args.question_id, args.answer, salt)}")
+    elif args.cmd == "renumber":
+        try:
+            sys.stdout.write(renumber_text(args.bank.read_text(encoding="utf-8"), args.old, args.new))
+        except (OSError, ValueError, KeyError, BankError, SealError) as exc:
+            print(f"error: {args.bank.name}: {exc}", file=sys.stderr)
+            return 1
     elif args.cmd in ("seal", "unseal"):
 
         path = args.draft if args.cmd == "seal" else args.bank

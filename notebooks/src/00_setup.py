@@ -107,7 +107,7 @@ for name, dev in (("gpu", gpu), ("sim", sim)):
 #   ordinary allocations; NCCL and some other libraries call `cudaMalloc` directly, outside
 #   PyTorch's allocator, so their buffers never appear in a snapshot: they are memory the driver
 #   no longer has (lesson 04). Private pools and CUDA-graph captures are modelled when you make
-#   them (lesson 11).
+#   them (lesson 13).
 #
 # Where it differs from the real allocator, that is a bug or a documented "not modelled" item.
 #

@@ -286,7 +286,7 @@ assert all(ours[s].mean_batch_size >= paper.FIG13_BATCH["sharegpt"][s] - 0.01
 #
 # How a real server decides how many KV blocks it has in the first place (vLLM profiles a forward
 # pass at its largest batch, then gives what `gpu_memory_utilization` leaves to the KV cache) is
-# lesson 13's start-up budget.
+# lesson 15's start-up budget.
 
 # %% [markdown]
 # ## Block size

@@ -44,14 +44,14 @@ def test_one_link_per_lesson_each_opening_that_lesson(capsys):
 def test_lessons_branch_app_and_a_hub_under_a_path(capsys):
     assert main(["course", "link", "--hub", "https://example.edu/jupyter/", "--repo",
                  REPO + "/", "--branch", "spring-2027", "--app", "notebook",
-                 "--lesson", "14", "2", "--lesson", "03_reading_the_evidence"]) == 0
+                 "--lesson", "16", "2", "--lesson", "03_reading_the_evidence"]) == 0
     lines = _lines(capsys)
     assert [line.split("  ")[0] for line in lines] == [
-        "02_fragmentation.ipynb", "03_reading_the_evidence.ipynb", "14_will_it_fit.ipynb"]
+        "02_fragmentation.ipynb", "03_reading_the_evidence.ipynb", "16_will_it_fit.ipynb"]
     parts, query = _parse(lines[-1].split("  ")[1])
     assert parts.path == "/jupyter/hub/user-redirect/git-pull"
     assert query == {"repo": REPO, "branch": "spring-2027",
-                     "urlpath": "tree/gpumemlab/notebooks/14_will_it_fit.ipynb"}
+                     "urlpath": "tree/gpumemlab/notebooks/16_will_it_fit.ipynb"}
 
 
 def test_the_clone_folder_is_the_one_nbgitpuller_makes():

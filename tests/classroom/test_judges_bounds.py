@@ -1,5 +1,5 @@
 """Judges within their limits (issue 34): every judge returns a verdict for every answer, and
-14.ex (the planner, run up to three times) is judged well inside its budget."""
+16.ex (the planner, run up to three times) is judged well inside its budget."""
 import time
 
 import pytest
@@ -19,7 +19,7 @@ def test_14ex_right_answer_is_judged_inside_its_budget_through_the_pool():
     from gpumemlab.classroom.judge_pool import SLOW_JUDGES, JudgePool
 
     pool = JudgePool()
-    request = {"question": "14.ex", "name": "levers", "probes": None, "kind": "exercise"}
+    request = {"question": "16.ex", "name": "levers", "probes": None, "kind": "exercise"}
     try:
         start = time.monotonic()
         passed, message = pool.judge(request, {"ok": True, "value": {"precision": "bf16",
@@ -29,4 +29,4 @@ def test_14ex_right_answer_is_judged_inside_its_budget_through_the_pool():
     finally:
         pool.close()
     assert passed, message
-    assert took < SLOW_JUDGES["14.ex"]["wall_s"] / 2, took
+    assert took < SLOW_JUDGES["16.ex"]["wall_s"] / 2, took

@@ -154,8 +154,8 @@ def test_pin_size_follows_the_recorded_round_threshold(monkeypatch):
     gpu.close()
 
 
-def test_copy_and_lesson_15s_workload_take_the_pinned_path_on_a_card(monkeypatch):
-    """copy_ moves the bytes; offload_activations (lesson 15's gml.experiment workload) pins on a
+def test_copy_and_lesson_17s_workload_take_the_pinned_path_on_a_card(monkeypatch):
+    """copy_ moves the bytes; offload_activations (lesson 17's gml.experiment workload) pins on a
     CudaGPU as on the simulator, so both runs have the same steps (its synchronize included)."""
     from gpumemlab.lessons.memory_beyond_the_gpu import offload_activations
 

@@ -167,7 +167,7 @@ def test_invariants_hold_through_a_crowded_chat(policy):
 
 
 def test_every_panel_of_the_prefix_figure_has_a_legend_naming_each_workload():
-    # lesson 13's figure: the two lower panels once had lines of three colours and two styles
+    # lesson 15's figure: the two lower panels once had lines of three colours and two styles
     # with no legend, read only by looking up at the panels above
     import matplotlib
     matplotlib.use("Agg")

@@ -96,104 +96,104 @@ def test_03_ex_likely_wrong_answers_name_the_rule():
     assert "short of" in judge("03.ex", [cheap]).message
 
 
-# 13.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
+# 15.ex once asked for the largest KV cache that wakes, the floor of the "14.50 GiB free" that the
 # lesson's own table prints (6 GiB of weights aside); then for four activation sizes, which a
 # search over a few layouts found in 0.01 s; now for the rollout buffers to offload.
-def test_13_ex_the_lessons_printed_figure_no_longer_answers_it():
+def test_15_ex_the_lessons_printed_figure_no_longer_answers_it():
     from lesson_answers import RIGHT
-    from gpumemlab.lessons.serving_memory import KV_13, cycle_13
+    from gpumemlab.lessons.serving_memory import KV_15, cycle_15
     from gpumemlab.kvcache.sleep_mode import sleep_wake_cycle
     printed = sleep_wake_cycle("24GiB", empty_cache_before_wake=True)   # the lesson's call
-    assert not printed.woke and KV_13() > 15 << 30    # the lesson's own KV cache already fails
-    assert not _passed("13.ex", [])                   # its own trainer, nothing offloaded
-    right = RIGHT["13.ex"]()
-    assert _passed("13.ex", right) and cycle_13(right)[0].woke
+    assert not printed.woke and KV_15() > 15 << 30    # the lesson's own KV cache already fails
+    assert not _passed("15.ex", [])                   # its own trainer, nothing offloaded
+    right = RIGHT["15.ex"]()
+    assert _passed("15.ex", right) and cycle_15(right)[0].woke
 
 
-def _segments_13():
-    from gpumemlab.lessons.serving_memory import _groups, cycle_13
-    return list(_groups(cycle_13(())[2].placement).values())
+def _segments_15():
+    from gpumemlab.lessons.serving_memory import _groups, cycle_15
+    return list(_groups(cycle_15(())[2].placement).values())
 
 
-def test_13_ex_the_obvious_brute_force_does_not_reach_it():
+def test_15_ex_the_obvious_brute_force_does_not_reach_it():
     from itertools import combinations
     from math import comb
-    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
-    n = len(BUFFERS_13)
+    from gpumemlab.lessons.serving_memory import BUFFERS_15, OFFLOAD_AT_MOST_15
+    n = len(BUFFERS_15)
     # one buffer at a time, or any pair: each buffer shares its segment, so none comes back
-    assert not any(_passed("13.ex", list(pair)) for pair in combinations(range(n), 2))
+    assert not any(_passed("15.ex", list(pair)) for pair in combinations(range(n), 2))
     # the passing plans, found the way the idea finds them (whole segments), are 8 buffers or
     # more: a search by growing set size runs the cycle for every set of 7 or fewer first
-    groups = _segments_13()
+    groups = _segments_15()
     passing = [sorted(i for g in combo for i in g) for k in range(len(groups) + 1)
                for combo in combinations(groups, k)
-               if sum(BUFFERS_13[i] for g in combo for i in g) <= OFFLOAD_AT_MOST_13
-               and _passed("13.ex", sorted(i for g in combo for i in g))]
+               if sum(BUFFERS_15[i] for g in combo for i in g) <= OFFLOAD_AT_MOST_15
+               and _passed("15.ex", sorted(i for g in combo for i in g))]
     assert passing and min(len(p) for p in passing) >= 8
     assert sum(comb(n, k) for k in range(8)) >= 500_000     # each a cycle (2 ms here): 18 min
 
 
-def test_13_ex_likely_wrong_answers_name_the_rule():
-    from gpumemlab.lessons.serving_memory import BUFFERS_13, OFFLOAD_AT_MOST_13
-    groups = _segments_13()
+def test_15_ex_likely_wrong_answers_name_the_rule():
+    from gpumemlab.lessons.serving_memory import BUFFERS_15, OFFLOAD_AT_MOST_15
+    groups = _segments_15()
     # "offload the biggest buffers": they sit in segments whose other buffers stay
     biggest, spent = [], 0
-    for i in sorted(range(len(BUFFERS_13)), key=lambda i: -BUFFERS_13[i]):
-        if spent + BUFFERS_13[i] <= OFFLOAD_AT_MOST_13:
-            biggest, spent = biggest + [i], spent + BUFFERS_13[i]
-    v = judge("13.ex", biggest)
+    for i in sorted(range(len(BUFFERS_15)), key=lambda i: -BUFFERS_15[i]):
+        if spent + BUFFERS_15[i] <= OFFLOAD_AT_MOST_15:
+            biggest, spent = biggest + [i], spent + BUFFERS_15[i]
+    v = judge("15.ex", biggest)
     assert not v.passed and "shared a segment" in v.message
     # one whole segment: it comes back, but the budget buys more
-    v = judge("13.ex", max(groups, key=len))
+    v = judge("15.ex", max(groups, key=len))
     assert not v.passed and "another choice" in v.message
     # over the copy budget; the old answer's shape (four sizes) is refused as a shape
-    assert "more than the" in judge("13.ex", list(range(len(BUFFERS_13)))).message
-    assert not _passed("13.ex", ["3 GiB"] * 4)
+    assert "more than the" in judge("15.ex", list(range(len(BUFFERS_15)))).message
+    assert not _passed("15.ex", ["3 GiB"] * 4)
 
 
-# 11.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs;
+# 13.ex once asked what the order [4, 8, 2, 1] reserves: one call of the lesson's capture_graphs;
 # then for every order not starting with 8 that reserves the least, which the lesson's own
 # captures over all 24 orders answered in 0.21 s. Now it asks which orders reserve more for a
 # second model, whose step no function of the lesson captures.
 def _every_order():
     from itertools import permutations
-    from gpumemlab.lessons.pools_and_graphs import BATCHES_11
-    return [list(o) for o in permutations(BATCHES_11)]
+    from gpumemlab.lessons.pools_and_graphs import BATCHES_13
+    return [list(o) for o in permutations(BATCHES_13)]
 
 
 def test_11_ex_the_lessons_functions_searched_over_all_orders_do_not_answer_it():
     from lesson_answers import RIGHT
-    from gpumemlab.lessons.pools_and_graphs import capture_graphs, reserved_11, steps_11
-    right = RIGHT["11.ex"]()
-    assert _passed("11.ex", right) and len(right) == 6
+    from gpumemlab.lessons.pools_and_graphs import capture_graphs, reserved_13, steps_13
+    right = RIGHT["13.ex"]()
+    assert _passed("13.ex", right) and len(right) == 6
     # the obvious brute force: every order for which the lesson's capture_graphs reserves more
     # than largest first, with the defaults or with expandable segments, by total or by steps
     for conf in ("", "expandable_segments:True"):
         least = capture_graphs([8, 4, 2, 1], alloc_conf=conf)[0].memory_reserved()
         brute = [o for o in _every_order()
                  if capture_graphs(o, alloc_conf=conf)[0].memory_reserved() > least]
-        assert brute and not _passed("11.ex", brute), conf
-    assert not _passed("11.ex", [o for o in _every_order()
-                                 if steps_11(o)[-1] > reserved_11([8, 4, 2, 1])])
+        assert brute and not _passed("13.ex", brute), conf
+    assert not _passed("13.ex", [o for o in _every_order()
+                                 if steps_13(o)[-1] > reserved_13([8, 4, 2, 1])])
     # the lesson's two printed orders are no answer either
-    assert not _passed("11.ex", [[1, 2, 4, 8]]) and not _passed("11.ex", [[8, 4, 2, 1]])
+    assert not _passed("13.ex", [[1, 2, 4, 8]]) and not _passed("13.ex", [[8, 4, 2, 1]])
 
 
 def test_11_ex_the_judge_tells_nothing_order_by_order():
     # listing each order alone (24 calls) must not sort the right orders from the wrong ones:
     # the same message and figures for every single order
     seen = {(v.message, tuple(sorted(v.figures.items())))
-            for o in _every_order() for v in [judge("11.ex", [o])]}
+            for o in _every_order() for v in [judge("13.ex", [o])]}
     assert len(seen) == 1, seen
-    assert not any(judge("11.ex", [o]).passed for o in _every_order())
+    assert not any(judge("13.ex", [o]).passed for o in _every_order())
 
 
 def test_11_ex_likely_wrong_orders_name_the_rule():
-    from gpumemlab.lessons.pools_and_graphs import reserved_11
-    lessons = [o for o in _every_order() if reserved_11(o) > reserved_11([8, 4, 2, 1])]
-    assert "lesson's own step" in judge("11.ex", lessons).message
+    from gpumemlab.lessons.pools_and_graphs import reserved_13
+    lessons = [o for o in _every_order() if reserved_13(o) > reserved_13([8, 4, 2, 1])]
+    assert "lesson's own step" in judge("13.ex", lessons).message
     not_8_first = [o for o in _every_order() if o[0] != 8]
-    assert "not every order that starts with another batch" in judge("11.ex", not_8_first).message
+    assert "not every order that starts with another batch" in judge("13.ex", not_8_first).message
 
 
 def test_answer_formats_say_the_shape_and_show_no_value():

@@ -1,5 +1,5 @@
 """Exercises the lessons' own functions cannot answer by a loop (issue 35 item 4): 06.ex, 07.ex,
-09.ex and 15.ex once asked for the edge of one number (the largest tensor, batch or threshold,
+09.ex and 17.ex once asked for the edge of one number (the largest tensor, batch or threshold,
 the smallest card) that a bisection over the lesson's own function found in seconds. Each now
 asks for a plan the function does not take as an argument; the right plan passes, the likely
 wrong ones hear the rule they miss, and the search that worked before is refused or priced here
@@ -109,69 +109,69 @@ def test_06_ex_likely_wrong_plans_name_the_rule():
     assert "nothing freed" in judge("06.ex", []).message
 
 
-# -- 15.ex: once the largest pinned_max_round_threshold_mb under which the offloaded step fits
-# the host (compare_15 or offload_fits_host walked down from the activation's size: a few runs);
+# -- 17.ex: once the largest pinned_max_round_threshold_mb under which the offloaded step fits
+# the host (compare_17 or offload_fits_host walked down from the activation's size: a few runs);
 # now which of 20 layers to offload under the lesson's threshold, the rest recomputed
-def _blocks_15():
+def _blocks_17():
     from gpumemlab.allocator.host.rounding import host_round_size
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, THRESHOLD_15
-    return [host_round_size(a, THRESHOLD_15 * MiB) for a in EX_ACTS_15]
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_17, THRESHOLD_17
+    return [host_round_size(a, THRESHOLD_17 * MiB) for a in EX_ACTS_17]
 
 
-def test_15_ex_the_right_plan_passes_and_a_threshold_is_no_answer():
-    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_HOST_15, RECOMPUTE_AT_MOST_15,
-                                                         planned_step_15)
-    right = RIGHT["15.ex"]()
-    run = planned_step_15(right)
-    assert judge("15.ex", right).passed and run["oom"] is None
-    assert run["recomputed_bytes"] == RECOMPUTE_AT_MOST_15()
-    assert run["host_peak_bytes"] == sum(_blocks_15()[i] for i in right) <= EX_HOST_15
-    # the old answer's shape (a threshold, as compare_15 over thresholds found it) is refused
+def test_17_ex_the_right_plan_passes_and_a_threshold_is_no_answer():
+    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_HOST_17, RECOMPUTE_AT_MOST_17,
+                                                         planned_step_17)
+    right = RIGHT["17.ex"]()
+    run = planned_step_17(right)
+    assert judge("17.ex", right).passed and run["oom"] is None
+    assert run["recomputed_bytes"] == RECOMPUTE_AT_MOST_17()
+    assert run["host_peak_bytes"] == sum(_blocks_17()[i] for i in right) <= EX_HOST_17
+    # the old answer's shape (a threshold, as compare_17 over thresholds found it) is refused
     for old in (45, "45 MiB", "pinned_max_round_threshold_mb:45"):
-        v = judge("15.ex", old)
+        v = judge("17.ex", old)
         assert not v.passed and not v.counted
 
 
-def test_15_ex_the_obvious_brute_force_needs_minutes():
+def test_17_ex_the_obvious_brute_force_needs_minutes():
     from itertools import combinations
-    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_ACTS_15, EX_HOST_15,
-                                                         RECOMPUTE_AT_MOST_15)
-    n, blocks, most = len(EX_ACTS_15), _blocks_15(), RECOMPUTE_AT_MOST_15()
+    from gpumemlab.lessons.memory_beyond_the_gpu import (EX_ACTS_17, EX_HOST_17,
+                                                         RECOMPUTE_AT_MOST_17)
+    n, blocks, most = len(EX_ACTS_17), _blocks_17(), RECOMPUTE_AT_MOST_17()
     # by the rule the judge's host follows (checked above on the right plan), exactly one plan
     # passes, of 8 layers: a search by growing set size judges every set of 7 or fewer first
     passing = [p for k in range(n + 1) for p in combinations(range(n), k)
-               if sum(blocks[i] for i in p) <= EX_HOST_15
-               and sum(EX_ACTS_15) - sum(EX_ACTS_15[i] for i in p) <= most]
-    assert passing == [tuple(RIGHT["15.ex"]())] and len(passing[0]) == 8
+               if sum(blocks[i] for i in p) <= EX_HOST_17
+               and sum(EX_ACTS_17) - sum(EX_ACTS_17[i] for i in p) <= most]
+    assert passing == [tuple(RIGHT["17.ex"]())] and len(passing[0]) == 8
     first = sum(comb(n, j) for j in range(8))
-    cost = _per_call("15.ex", [[i] for i in range(n)])
+    cost = _per_call("17.ex", [[i] for i in range(n)])
     assert first * cost > 60, f"{first} runs of {1000 * cost:.1f} ms"
     # the search over the lesson's threshold knob finds no plan: every threshold is refused
-    assert not any(judge("15.ex", t).counted for t in (16, 32, 64, 128))
+    assert not any(judge("17.ex", t).counted for t in (16, 32, 64, 128))
 
 
-def test_15_ex_likely_wrong_plans_name_the_rule():
-    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15
-    n, blocks = len(EX_ACTS_15), _blocks_15()
+def test_17_ex_likely_wrong_plans_name_the_rule():
+    from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_17, EX_HOST_17
+    n, blocks = len(EX_ACTS_17), _blocks_17()
 
     def fill(order, cost):
         plan, spent = [], 0
         for i in order:
-            if spent + cost[i] <= EX_HOST_15:
+            if spent + cost[i] <= EX_HOST_17:
                 plan, spent = plan + [i], spent + cost[i]
         return sorted(plan)
-    largest = sorted(range(n), key=lambda i: -EX_ACTS_15[i])
+    largest = sorted(range(n), key=lambda i: -EX_ACTS_17[i])
     # the host budget counted at the activations' own sizes: the rounding overflows it
-    v = judge("15.ex", fill(largest, EX_ACTS_15))
+    v = judge("17.ex", fill(largest, EX_ACTS_17))
     assert not v.passed and "pinned as the next power of two" in v.message
     # counted right, but filled largest first or best ratio first: it runs, recomputing more
-    by_ratio = sorted(range(n), key=lambda i: -EX_ACTS_15[i] / blocks[i])
+    by_ratio = sorted(range(n), key=lambda i: -EX_ACTS_17[i] / blocks[i])
     for plan in (fill(largest, blocks), fill(by_ratio, blocks)):
-        v = judge("15.ex", plan)
+        v = judge("17.ex", plan)
         assert not v.passed and v.figures["oom"] is None and "recomputes" in v.message
     # everything offloaded, or nothing
-    assert "runs out" in judge("15.ex", list(range(n))).message
-    assert "more than" in judge("15.ex", []).message
+    assert "runs out" in judge("17.ex", list(range(n))).message
+    assert "more than" in judge("17.ex", []).message
 
 
 # -- 07.ex: once the largest batch with checkpointing on a card (a bisection of fits_07 between

@@ -80,7 +80,7 @@ def test_hint_ladder_and_raising_answers(ex, capsys):
     ex.assert_passes("05.ex", RIGHT["05.ex"]())
 
 
-@pytest.mark.parametrize("ex_id", ["05.ex", "11.ex", "15.ex"])
+@pytest.mark.parametrize("ex_id", ["05.ex", "13.ex", "17.ex"])
 def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
     """The exercise cell run again after solving (the stub back in place, say a fresh kernel):
     the header and the stub's line say the same thing. Before: "(solved)" above "· not tried
@@ -100,14 +100,14 @@ def test_rerunning_the_cell_after_solving_says_solved_twice(ex_id, ex, capsys):
 
 
 def test_the_stub_line_counts_the_attempts_so_far(ex, capsys):
-    ex.check("15.ex", [0])
+    ex.check("17.ex", [0])
     capsys.readouterr()
-    ex.check("15.ex", [])
-    assert capsys.readouterr().out.startswith("· 15.ex 1 attempt so far: the answer here is")
+    ex.check("17.ex", [])
+    assert capsys.readouterr().out.startswith("· 17.ex 1 attempt so far: the answer here is")
 
 
-@pytest.mark.parametrize("ex_id, bad", [("11.ex", ["4,1,2,8"]), ("11.ex", [[8, 4, 2]]),
-                                        ("15.ex", "45 MB"), ("15.ex", 45.5), ("15.ex", "many")])
+@pytest.mark.parametrize("ex_id, bad", [("13.ex", ["4,1,2,8"]), ("13.ex", [[8, 4, 2]]),
+                                        ("17.ex", "45 MB"), ("17.ex", 45.5), ("17.ex", "many")])
 def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
     """As for the quizzes (docs/QUIZZES.md): one line saying the shape, no attempt, no hint.
     Before: counted (attempts 1) with Hint 1/3."""
@@ -120,7 +120,7 @@ def test_a_wrong_shape_is_not_counted_and_shows_no_hint(ex_id, bad, ex, capsys):
 
 
 def test_a_whole_mib_is_taken_in_any_plain_form():
-    """"a whole number of MiB" (whole_mib_answer, once 15.ex's parser): 45, 45.0, "45" and
+    """"a whole number of MiB" (whole_mib_answer, once 17.ex's parser): 45, 45.0, "45" and
     "45 MiB" are one answer; 45.5 and "45 MB" are none. Before: only the int passed."""
     from gpumemlab.quizkit.exercise_base import AnswerShapeError, whole_mib_answer
     for form in (45, 45.0, "45", "45 MiB", "45MiB", "45M"):
@@ -131,10 +131,10 @@ def test_a_whole_mib_is_taken_in_any_plain_form():
 
 
 def test_no_wrong_answer_message_says_not_yet_twice(ex, capsys):
-    """The cell prefixes "not yet:" itself; a judge's message must not. Before: 11.ex printed
-    "✗ 11.ex not yet: not yet: the 1 order(s) listed ..."."""
-    ex.check("11.ex", [[8, 4, 2, 1]])
+    """The cell prefixes "not yet:" itself; a judge's message must not. Before: 13.ex printed
+    "✗ 13.ex not yet: not yet: the 1 order(s) listed ..."."""
+    ex.check("13.ex", [[8, 4, 2, 1]])
     out = capsys.readouterr().out
-    assert out.startswith("✗ 11.ex not yet: the 1 order(s) listed"), out
+    assert out.startswith("✗ 13.ex not yet: the 1 order(s) listed"), out
     for exercise in all_exercises():
         assert not judge(exercise.id, exercise.stub).message.lower().startswith("not yet")

@@ -123,7 +123,7 @@ PREMISES = {
                            "above: the question is whether empty_cache() keeps it",
     ("04.p2", "0 bytes"): "what empty_cache() leaves once the last tensor is gone, in 04.p1's "
                           "experiment: the question is what it returns while tensors live",
-    ("11.p3", "40.00 MiB"): "what six growing tensors were mapped into, 20 MiB pages at a time: "
+    ("12.p3", "40.00 MiB"): "what six growing tensors were mapped into, 20 MiB pages at a time: "
                             "the question is which pages unmapping keeps for the third alone",
 }
 STILL_STATED = {}   # question -> what is left to do; strict: the test fails once it is fixed
@@ -157,10 +157,10 @@ TELLS = {
     "10.p3": ["not a leak", "first `step()` makes them", "later steps update them in place"],
     "10.p4": ["the same step, more memory"],
     "10.p5": ["saw-tooth", "sawtooth"],
-    "11.p5": ["never merge", "never joined", "never be joined", "are not joined"],
-    "12.p1": ["handed to the next tensor of that same stream at once"],
+    "12.p4": ["never merge", "never joined", "never be joined", "are not joined"],
+    "14.p1": ["handed to the next tensor of that same stream at once"],
     # the capture order and the single pool are the reason the linear rule overshoots
-    "13.p1": ["largest first, all into", "**estimate** of the CUDA-graph pool"],
+    "15.p1": ["largest first, all into", "**estimate** of the CUDA-graph pool"],
 }
 
 
@@ -354,4 +354,4 @@ def test_the_finder_sees_the_spoilers_it_is_for():
     assert "yes, from the cache" in headings_and_titles(cells, 2)
     assert told(headings_and_titles(cells, 2), "10.p3") == "not a leak"
     assert told("The very workload above then succeeds.", "06.p2")
-    assert told("### Segments never merge: eight 16 MiB blocks", "11.p5")
+    assert told("### Segments never merge: eight 16 MiB blocks", "12.p4")

@@ -1,5 +1,5 @@
 """The offload lever's known answers: pinned host bytes rounded per tensor as CachingHostAllocator
-rounds them (with and without pinned_max_round_threshold_mb), agreeing with lesson 15's simulated
+rounds them (with and without pinned_max_round_threshold_mb), agreeing with lesson 17's simulated
 step; optimizer-state offload on fake CPU tensors, derived by hand; a host budget that fails a plan
 and names itself; the copy-time table."""
 import pytest
@@ -20,11 +20,11 @@ def test_each_saved_activation_is_rounded_on_its_own():
     assert pinned_total([3 * 24 * MiB]) == 128 * MiB
 
 
-def test_planner_and_lesson_15_agree_on_the_pinned_bytes():
+def test_planner_and_lesson_17_agree_on_the_pinned_bytes():
     pytest.importorskip("torch")
-    from gpumemlab.lessons.memory_beyond_the_gpu import STEP_15, compare_15
-    step = compare_15()["offload"]
-    assert step["host_peak_bytes"] == pinned_total([STEP_15["act_bytes"]] * STEP_15["layers"])
+    from gpumemlab.lessons.memory_beyond_the_gpu import STEP_17, compare_17
+    step = compare_17()["offload"]
+    assert step["host_peak_bytes"] == pinned_total([STEP_17["act_bytes"]] * STEP_17["layers"])
     assert step["copy_ms"] == copy_ms(step["moved_bytes"])
 
 

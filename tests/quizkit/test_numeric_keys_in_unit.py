@@ -1,7 +1,7 @@
 """Every numeric question accepts its own key typed in its unit, with and without the unit's name.
 
-A fresh learner found 13.1 (an ``expr`` already in GiB) judged right only for "0": the checker
-divided every key by the unit's bytes, so 07.1, 07.4, 08.2, 10.3 and 13.1 wanted a number a
+A fresh learner found 15.1 (an ``expr`` already in GiB) judged right only for "0": the checker
+divided every key by the unit's bytes, so 07.1, 07.4, 08.2, 10.3 and 15.1 wanted a number a
 million times too small.
 """
 import pytest
@@ -25,10 +25,10 @@ def test_key_typed_in_its_unit_is_right(q):
 
 def test_expr_keys_are_in_the_question_unit():
     by_id = {q.id: q for q in NUMERIC}
-    assert expected_in_unit(by_id["13.1"].data["compute"], "GiB") == 8.5
-    assert evaluate(by_id["13.1"], "8.5 GiB").correct
-    assert evaluate(by_id["13.1"], "8704 MiB").correct
-    assert not evaluate(by_id["13.1"], "0").correct
+    assert expected_in_unit(by_id["15.1"].data["compute"], "GiB") == 8.5
+    assert evaluate(by_id["15.1"], "8.5 GiB").correct
+    assert evaluate(by_id["15.1"], "8704 MiB").correct
+    assert not evaluate(by_id["15.1"], "0").correct
     assert evaluate(by_id["07.1"], "128 MiB").correct
     assert not evaluate(by_id["07.1"], "0.000122").correct
     assert evaluate(by_id["08.2"], "512 KiB").correct

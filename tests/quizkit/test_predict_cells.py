@@ -183,16 +183,16 @@ def test_the_answer_format_shown_is_never_a_possible_answer(tmp_path):
 
 
 def test_a_misconception_typed_as_printed_names_its_rule():
-    """15.p1's likeliest wrong answer is the request itself, typed as the lesson prints it
+    """17.p1's likeliest wrong answer is the request itself, typed as the lesson prints it
     ("20.4 GiB", a byte off the request's exact count): the reveal names the rounding."""
     import gpumemlab.lessons  # noqa: F401
-    from gpumemlab.lessons.memory_beyond_the_gpu import REQUEST_15
+    from gpumemlab.lessons.memory_beyond_the_gpu import REQUEST_17
     from gpumemlab.quizkit.predict import parse_prediction
     from gpumemlab.quizkit.predict_rules import QUESTIONS
 
-    spec = QUESTIONS["15.p1"]
+    spec = QUESTIONS["17.p1"]
     typed = parse_prediction(spec, "20.4 GiB")
-    assert typed != REQUEST_15
+    assert typed != REQUEST_17
     r = compare(spec, typed, 32 * GiB)
     assert r.verdict == "off" and "power of two" in r.rule and "36.25 %" in r.text
     assert not compare(spec, 20 * GiB, 32 * GiB).rule

@@ -56,14 +56,14 @@ def test_numeric_answers_accept_units_and_tolerance(quiz):
 
 
 def test_a_count_may_be_typed_with_what_it_counts(quiz):
-    # 13.3 asks how many of 70 tokens a later request reuses (unit: count); "64 tokens" is how a
+    # 15.3 asks how many of 70 tokens a later request reuses (unit: count); "64 tokens" is how a
     # learner writes it, and was refused as "cannot read '64 tokens' as a number"
-    assert quiz.evaluate("13.3", "64 tokens").correct and quiz.evaluate("13.3", "64").correct
-    assert not quiz.evaluate("13.3", "70 tokens").correct
+    assert quiz.evaluate("15.3", "64 tokens").correct and quiz.evaluate("15.3", "64").correct
+    assert not quiz.evaluate("15.3", "70 tokens").correct
     with pytest.raises(AnswerError, match="is a size; this question asks for a count"):
-        quiz.evaluate("13.3", "64 MiB")                 # a size unit is not what is counted
+        quiz.evaluate("15.3", "64 MiB")                 # a size unit is not what is counted
     with pytest.raises(AnswerError, match="cannot read"):
-        quiz.evaluate("13.3", "tokens")
+        quiz.evaluate("15.3", "tokens")
 
 
 def test_predict_variants_depend_on_the_seed_and_are_checked_by_the_simulator(quiz,

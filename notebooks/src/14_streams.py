@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 12 · Streams: when a freed block may be used again
+# # 14 · Streams: when a freed block may be used again
 #
 # A GPU runs the kernels of one **stream** in the order they were queued, while the CPU runs
 # ahead: when Python frees a tensor, the kernels that read it may not have run yet. The caching
@@ -37,7 +37,7 @@ MiB, fmt = gml.MiB, gml.format_size
 # for on the same stream. Does the new tensor get the old tensor's memory, or new memory?
 
 # %% tags=["predict"]
-gml.predict("12.p1", "Same stream, freed then asked again: where does the new tensor go?",
+gml.predict("14.p1", "Same stream, freed then asked again: where does the new tensor go?",
             choices=["the freed tensor's address", "a new address"])
 
 # %%
@@ -49,7 +49,7 @@ y = sim.empty(12 * MiB)
 same = y.address == first
 print(f"x at {first:#x}; y at {y.address:#x}: {'the same address' if same else 'a new address'}")
 print(f"reserved {fmt(sim.memory_reserved())}, cudaMalloc calls {sim.memory_stats()['num_device_alloc']}")
-gml.reveal("12.p1", "the freed tensor's address" if same else "a new address")
+gml.reveal("14.p1", "the freed tensor's address" if same else "a new address")
 p1_mallocs = sim.memory_stats()["num_device_alloc"]   # kept: later cells name other cards `sim`
 y.free()
 
@@ -68,7 +68,7 @@ assert same and p1_mallocs == 1
 # asked for on the default stream. What will the card reserve then?
 
 # %% tags=["predict"]
-gml.predict("12.p2", "The side stream is still busy: reserved after the second 12 MiB request?")
+gml.predict("14.p2", "The side stream is still busy: reserved after the second 12 MiB request?")
 
 # %%
 busy = gml.SimulatedGPU("1GiB", alloc_conf="")
@@ -86,7 +86,7 @@ busy_reserved = busy.memory_reserved()
 busy_snapshot = busy.snapshot()      # kept for the figure: the next cells move this card on
 print(f"y at {y.address:#x} ({'not x' if y_moved else 'x'}'s address); "
       f"reserved {fmt(busy_reserved)}, cudaMalloc calls {busy.memory_stats()['num_device_alloc']}")
-gml.reveal("12.p2", busy_reserved)
+gml.reveal("14.p2", busy_reserved)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert states == ["active_pending_free"] and y_moved
@@ -181,9 +181,9 @@ assert after["num_device_free"] - before["num_device_free"] == 3
 # Reason it out with the segment rules of lesson 01; the simulator checks your answer.
 
 # %% tags=["exercise"]
-gml.exercise("12.ex")
+gml.exercise("14.ex")
 my_reserved = None       # change this: a size such as "8 MiB"
-gml.exercise.check("12.ex", my_reserved)
+gml.exercise.check("14.ex", my_reserved)
 
 # %% [markdown]
 # ## On your GPU: a block pending on a busy stream
@@ -207,4 +207,4 @@ print(gml.experiment("record_stream_pending", gpu))
 # * `empty_cache()` and the OOM path synchronize first, so they also return pending blocks.
 
 # %%
-gml.quiz("12")
+gml.quiz("14")

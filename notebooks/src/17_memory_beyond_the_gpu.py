@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 15 · Memory beyond the GPU: pinned host memory and offload
+# # 17 · Memory beyond the GPU: pinned host memory and offload
 #
 # A GPU copies to and from the host fastest, and without blocking the CPU, when the host memory
 # is **pinned** (page-locked: the operating system may not move or swap it, so the card's copy
@@ -42,22 +42,22 @@ GiB, MiB, fmt = gml.GiB, gml.MiB, gml.format_size
 # default settings. How many bytes of host memory does the caching host allocator pin for it?
 
 # %%
-print(f"request: {lesson.REQUEST_15:,} bytes ({fmt(lesson.REQUEST_15)})")
+print(f"request: {lesson.REQUEST_17:,} bytes ({fmt(lesson.REQUEST_17)})")
 
 # %% tags=["predict"]
-gml.predict("15.p1", "How much host memory is pinned for the 20.4 GiB request?")
+gml.predict("17.p1", "How much host memory is pinned for the 20.4 GiB request?")
 
 # %%
 sim = gml.SimulatedGPU("80GiB", alloc_conf="")
-buf = sim.pin(lesson.REQUEST_15)          # torch.empty(n, dtype=torch.uint8, pin_memory=True)
+buf = sim.pin(lesson.REQUEST_17)          # torch.empty(n, dtype=torch.uint8, pin_memory=True)
 pinned = sim.host_pinned_bytes()
 stats = sim.host_memory_stats()
 print(f"pinned: {pinned:,} bytes ({fmt(pinned)}); cudaHostAlloc calls: {stats['num_host_alloc']}")
-print(f"unused by the request: {fmt(pinned - lesson.REQUEST_15)} "
-      f"({100 * (pinned - lesson.REQUEST_15) / pinned:.2f}% of the block)")
-print(f"on a node of 4 GPUs, one such buffer each: {fmt(4 * (pinned - lesson.REQUEST_15))} "
+print(f"unused by the request: {fmt(pinned - lesson.REQUEST_17)} "
+      f"({100 * (pinned - lesson.REQUEST_17) / pinned:.2f}% of the block)")
+print(f"on a node of 4 GPUs, one such buffer each: {fmt(4 * (pinned - lesson.REQUEST_17))} "
       "pinned and never used")
-gml.reveal("15.p1", pinned)
+gml.reveal("17.p1", pinned)
 buf.free()
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -91,7 +91,7 @@ for over in (16 * GiB + 1, 16 * GiB + 512 * MiB):
 # second buffer go: into the block just freed, or a block pinned for it?
 
 # %% tags=["predict"]
-gml.predict("15.p2", "The copy is still queued: where does the second staging buffer go?",
+gml.predict("17.p2", "The copy is still queued: where does the second staging buffer go?",
             choices=["the freed block", "a new block"])
 
 
@@ -115,7 +115,7 @@ queued_snapshot = copying.snapshot()               # kept for the map: the cells
 print(f"first staging block at {first:#x}; the second at {second.address:#x}: "
       f"{'the freed block' if reused else 'a new block'}")
 print(f"pinned now: {fmt(copying.host_pinned_bytes())}; cudaHostAlloc calls: {copy_allocs}")
-gml.reveal("15.p2", "the freed block" if reused else "a new block")
+gml.reveal("17.p2", "the freed block" if reused else "a new block")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert not reused and copy_allocs == 2
@@ -143,7 +143,7 @@ print(f"before synchronize(): awaiting an event {fmt(before['awaiting_event_byte
 # pinned request runs `process_events` first, finds the block on its free list and takes it.
 
 # %%
-copying, first, second, on_card = queued_copy()    # 15.p2's card again, so this cell can run twice
+copying, first, second, on_card = queued_copy()    # 17.p2's card again, so this cell can run twice
 copying.synchronize()
 third = copying.pin(6 * MiB)
 third_reuses = (third.address == first, copying.host_memory_stats()["num_host_alloc"])
@@ -202,17 +202,17 @@ assert failed is not None and retry.size == 64 * MiB and retried_pinned == 64 * 
 # the two pin together?
 
 # %% tags=["predict"]
-gml.predict("15.p3", "With the threshold at 64 MiB: pinned for the 40 MiB and 100 MiB buffers?")
+gml.predict("17.p3", "With the threshold at 64 MiB: pinned for the 40 MiB and 100 MiB buffers?")
 
 # %%
-conf = f"pinned_max_round_threshold_mb:{lesson.THRESHOLD_15}"
+conf = f"pinned_max_round_threshold_mb:{lesson.THRESHOLD_17}"
 sim = gml.SimulatedGPU("8GiB", alloc_conf=conf)
-bufs = [sim.pin(n) for n in lesson.SWEEP_15]
+bufs = [sim.pin(n) for n in lesson.SWEEP_17]
 for b in bufs:
     print(f"{fmt(b.nbytes):>10} requested -> {fmt(b.size):>10} pinned")
 together = sim.host_pinned_bytes()
 print(f"together: {fmt(together)}")
-gml.reveal("15.p3", together)
+gml.reveal("17.p3", together)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert together == 64 * MiB + 100 * MiB
@@ -229,13 +229,13 @@ def pinned_for(nbytes, alloc_conf):
 
 around = [63 * MiB, 64 * MiB, 64 * MiB + 1, 65 * MiB, 100 * MiB]
 print(f"{'request (bytes)':>16} {'pinned, default':>16} {'pinned, ' + conf:>42}")
-for n in around + [lesson.REQUEST_15]:
+for n in around + [lesson.REQUEST_17]:
     print(f"{n:>16,} {pinned_for(n, ''):>16,} {pinned_for(n, conf):>42,}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert pinned_for(64 * MiB, conf) == 64 * MiB and pinned_for(64 * MiB + 1, conf) == 64 * MiB + 1
 assert pinned_for(63 * MiB, conf) == 64 * MiB and pinned_for(65 * MiB, "") == 128 * MiB
-assert pinned_for(lesson.REQUEST_15, conf) == lesson.REQUEST_15
+assert pinned_for(lesson.REQUEST_17, conf) == lesson.REQUEST_17
 
 # %% [markdown]
 # The rule, as the table shows it: a request **at most** the threshold is still rounded up to a
@@ -254,13 +254,13 @@ for name, c in (("default", ""), (conf, conf)):
 worst, worst_at = max((pinned_for(n, conf) - n, n) for n in sizes)
 print(f"with the threshold, the largest waste of one request: {fmt(worst)} "
       f"(a request of {fmt(worst_at)} pinned as {fmt(pinned_for(worst_at, conf))})")
-print(f"only requests of at most {lesson.THRESHOLD_15} MiB are rounded, and a rounded request "
+print(f"only requests of at most {lesson.THRESHOLD_17} MiB are rounded, and a rounded request "
       f"wastes less than half its block, so with the threshold no request wastes "
-      f"{fmt(lesson.THRESHOLD_15 * MiB // 2)} or more")
+      f"{fmt(lesson.THRESHOLD_17 * MiB // 2)} or more")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert sum(pinned_for(n, conf) for n in sizes) < sum(pinned_for(n, "") for n in sizes)
-assert worst < lesson.THRESHOLD_15 * MiB // 2
+assert worst < lesson.THRESHOLD_17 * MiB // 2
 
 
 # %% [markdown]
@@ -313,16 +313,16 @@ assert pinned_for(48 * MiB, threshold_fix.alloc_conf) == 48 * MiB
 # much host memory is pinned?
 
 # %%
-step = lesson.STEP_15
+step = lesson.STEP_17
 print(f"weights {fmt(step['weights'])}, {step['layers']} layers, activation "
       f"{fmt(step['act_bytes'])} a layer, input {fmt(step['input_bytes'])} a layer; card "
-      f"{fmt(gml.parse_size(lesson.CARD_15))}")
+      f"{fmt(gml.parse_size(lesson.CARD_17))}")
 
 # %% tags=["predict"]
-gml.predict("15.p4", "Offloaded step: pinned host memory at its peak?")
+gml.predict("17.p4", "Offloaded step: pinned host memory at its peak?")
 
 # %%
-runs = lesson.compare_15()
+runs = lesson.compare_17()
 print(f"{'mode':>10} {'device peak':>12} {'host pinned':>12} {'extra FLOPs':>12} "
       f"{'moved':>10}  result")
 for mode, r in runs.items():
@@ -332,12 +332,12 @@ for mode, r in runs.items():
 off = runs["offload"]
 print("offload's copies at nominal bandwidth: " + ", ".join(
     f"{ms:.1f} ms a step over {name}" for name, ms in off["copy_ms"].items()))
-gml.reveal("15.p4", off["host_peak_bytes"])
+gml.reveal("17.p4", off["host_peak_bytes"])
 keep = runs["keep"]
 print(f"keep fails: {keep['oom'].split(' Of the allocated')[0]}")
 print(f"kept on the card, the weights and all {step['layers']} activations need "
       f"{fmt(step['weights'] + step['layers'] * step['act_bytes'])}, more than the card's "
-      f"{fmt(gml.parse_size(lesson.CARD_15))}; the peak it reached first: "
+      f"{fmt(gml.parse_size(lesson.CARD_17))}; the peak it reached first: "
       f"{fmt(keep['device_peak_reserved_bytes'])}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -355,33 +355,33 @@ assert off["device_peak_reserved_bytes"] < runs["checkpoint"]["device_peak_reser
 # backward):
 
 # %%
-print(f"one activation: {fmt(lesson.STEP_15['act_bytes'])} requested, "
-      f"{fmt(pinned_for(lesson.STEP_15['act_bytes'], ''))} pinned")
-capped = lesson.compare_15(alloc_conf="pinned_max_round_threshold_mb:16")["offload"]
+print(f"one activation: {fmt(lesson.STEP_17['act_bytes'])} requested, "
+      f"{fmt(pinned_for(lesson.STEP_17['act_bytes'], ''))} pinned")
+capped = lesson.compare_17(alloc_conf="pinned_max_round_threshold_mb:16")["offload"]
 print(f"offload with pinned_max_round_threshold_mb:16: host pinned {fmt(capped['host_peak_bytes'])}"
       f" (default rounding: {fmt(off['host_peak_bytes'])})")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
-assert capped["host_peak_bytes"] == lesson.STEP_15["layers"] * lesson.STEP_15["act_bytes"]
+assert capped["host_peak_bytes"] == lesson.STEP_17["layers"] * lesson.STEP_17["act_bytes"]
 assert 2 * capped["host_peak_bytes"] == off["moved_bytes"] == capped["moved_bytes"]
 
 # %% [markdown]
 # ## Exercise: which activations to offload to a small host
 #
-# A larger step saves activations of twenty different sizes (`EX_ACTS_15`), and the host can pin
-# only part of them (`EX_HOST_15`, under section 3's threshold of 64 MiB). Each layer either
+# A larger step saves activations of twenty different sizes (`EX_ACTS_17`), and the host can pin
+# only part of them (`EX_HOST_17`, under section 3's threshold of 64 MiB). Each layer either
 # offloads its activation or is checkpointed and recomputed. Which layers should offload, so
-# that the step runs and recomputes at most `RECOMPUTE_AT_MOST_15()` bytes of activations?
+# that the step runs and recomputes at most `RECOMPUTE_AT_MOST_17()` bytes of activations?
 # Reason from what each activation pins, not from its size. The check runs your plan on the
-# simulated card and host (`planned_step_15(layers)`).
+# simulated card and host (`planned_step_17(layers)`).
 
 # %% tags=["exercise"]
-from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_15, EX_HOST_15, RECOMPUTE_AT_MOST_15
-gml.exercise("15.ex")
-print(f"{len(EX_ACTS_15)} activations (MiB): {[round(a / MiB, 2) for a in EX_ACTS_15]}")
-print(f"host pins at most {fmt(EX_HOST_15)}; recompute at most {fmt(RECOMPUTE_AT_MOST_15())}")
+from gpumemlab.lessons.memory_beyond_the_gpu import EX_ACTS_17, EX_HOST_17, RECOMPUTE_AT_MOST_17
+gml.exercise("17.ex")
+print(f"{len(EX_ACTS_17)} activations (MiB): {[round(a / MiB, 2) for a in EX_ACTS_17]}")
+print(f"host pins at most {fmt(EX_HOST_17)}; recompute at most {fmt(RECOMPUTE_AT_MOST_17())}")
 my_offloaded = []            # change this: the numbers of the layers that offload (0 is the first)
-gml.exercise.check("15.ex", my_offloaded)
+gml.exercise.check("17.ex", my_offloaded)
 
 # %% [markdown]
 # ## On your GPU: offloaded activations leave one on the card
@@ -412,4 +412,4 @@ print(f"each activation of the scenario: {fmt(device_chunk(gpu, 16))} (the card'
 #   arithmetic. Count the host side with the rounding.
 
 # %%
-gml.quiz("15")
+gml.quiz("17")

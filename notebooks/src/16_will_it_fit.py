@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 14 · Will it fit?
+# # 16 · Will it fit?
 #
 # The question people ask most about GPU memory is asked **before** the run: will this model train
 # on my card, at what batch size, with which settings? The usual answers are formulas: "Adam is
@@ -57,18 +57,18 @@ print(f"{params:,} parameters: {fmt(4 * params)} of fp32 weights")
 # at the *end* of step 1. Step 2 starts with them.
 
 # %% tags=["predict"]
-gml.predict("14.p1", "How much higher is step 2's peak allocated memory than step 1's?")
+gml.predict("16.p1", "How much higher is step 2's peak allocated memory than step 1's?")
 
 # %%
 plan = gml.plan(make_model, make_optimizer, tokens, total_memory="24GiB", batch_size=16,
                 steps=3, levers=False, largest_batch=False, settings=False)
-for row in plan.steps:   # peak reserved waits for 14.p2
+for row in plan.steps:   # peak reserved waits for 16.p2
     print(f"{row['step']:8} peak allocated {fmt(row['peak_allocated_bytes']):>10}")
 peaks = {row["step"]: row for row in plan.steps}
 step_gap = peaks["step 2"]["peak_allocated_bytes"] - peaks["step 1"]["peak_allocated_bytes"]
 
 # %%
-gml.reveal("14.p1", step_gap)
+gml.reveal("16.p1", step_gap)
 print(f"AdamW's two fp32 moments: {fmt(2 * 4 * params)}")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -84,7 +84,7 @@ assert plan.fits
 # ## 2 · Where the memory goes, and what the formulas say
 
 # %% tags=["predict"]
-gml.predict("14.p2", "The 16-bytes-a-parameter rule gives 4 x 4 x params. What peak reserved "
+gml.predict("16.p2", "The 16-bytes-a-parameter rule gives 4 x 4 x params. What peak reserved "
                      "does the plan find?")
 
 # %%
@@ -96,7 +96,7 @@ for k, v in plan.by_category.items():
 print(f"Playbook activations (16-bit): {fmt(plan.crosscheck['playbook']['bytes'])}")
 
 # %%
-gml.reveal("14.p2", plan.peak_reserved_bytes)
+gml.reveal("16.p2", plan.peak_reserved_bytes)
 for note in plan.crosscheck["notes"]:
     print("-", note)
 saved, formula = plan.by_category["activation"], plan.crosscheck["playbook"]["bytes"]
@@ -162,7 +162,7 @@ assert 1 < saved / formula < 2     # more than the 16-bit formula, less than it 
 # gradient accumulation at the same batch of 16.
 
 # %% tags=["predict"]
-gml.predict("14.p3", "Checkpointing every block: how many percent more floating-point operations "
+gml.predict("16.p3", "Checkpointing every block: how many percent more floating-point operations "
                      "does a step do?", kind="number", unit="%")
 
 # %%
@@ -178,7 +178,7 @@ for o in small.levers:
 levers = {o.name: o for o in small.levers}
 
 # %%
-gml.reveal("14.p3", round(100 * levers["checkpoint every block"].extra_compute))
+gml.reveal("16.p3", round(100 * levers["checkpoint every block"].extra_compute))
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert not small.fits and small.shortfall_bytes > 0
@@ -211,9 +211,9 @@ assert levers["accumulate 4 micro-batches"].peak_reserved_bytes < small.peak_res
 # and the ones with a block fewer.
 
 # %% tags=["exercise"]
-gml.exercise("14.ex")
+gml.exercise("16.ex")
 my_levers = {"precision": "fp32", "checkpoint": 0}        # change this
-gml.exercise.check("14.ex", my_levers)
+gml.exercise.check("16.ex", my_levers)
 
 # %%
-gml.quiz("14")
+gml.quiz("16")

@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 13 · Serving memory beyond pages
+# # 15 · Serving memory beyond pages
 #
 # Notebook 08 showed how a paged KV cache stops a server from wasting memory inside its KV pool.
 # This notebook looks **around** the pages, at four questions that decide how much memory a real
@@ -48,14 +48,14 @@ print("real GPU" if gpu.kind == "cuda" else "simulated GPU (no CUDA device here,
 # The graphs (one per batch size: 1, 2, 4, 8, ..., 512) are captured after the KV cache is
 # allocated, so the pool is budgeted before they exist. vLLM's rule is linear: it captures the
 # two largest sizes and multiplies the second one's growth of the pool by the number of sizes.
-# How the graphs themselves are then captured is lesson 11's subject.
+# How the graphs themselves are then captured is lesson 13's subject.
 #
 # `kv.budget` does this arithmetic and then runs the start-up on a simulated card: the model's
 # forward pass is recorded with `gml.capture` (on PyTorch's `meta` device: shapes only, no
 # memory), and each capture is replayed into a graph pool of the simulated allocator.
 
 # %% tags=["predict"]
-gml.predict("13.p1", "For 51 capture sizes, will vLLM's linear estimate be larger or smaller than what the "
+gml.predict("15.p1", "For 51 capture sizes, will vLLM's linear estimate be larger or smaller than what the "
             "shared graph pool really reserves?", choices=["larger", "about the same", "smaller"])
 
 
@@ -70,7 +70,7 @@ b = kv.budget(model, "llama-3-8b", total_memory="24GiB", gpu_memory_utilization=
               activation_peak=traces(8192), capture_sizes=sizes, graph_traces=traces,
               max_model_len=8192)
 print(b.table())
-gml.reveal("13.p1", "larger" if b.graph_estimate > 1.1 * b.graph_reserved
+gml.reveal("15.p1", "larger" if b.graph_estimate > 1.1 * b.graph_reserved
            else "smaller" if b.graph_reserved > 1.1 * b.graph_estimate else "about the same")
 
 # %% tags=["check"] jupyter={"source_hidden": true}
@@ -119,7 +119,7 @@ assert not full.fits and "short" in full.failure
 # the other with blocks of 16 tokens.
 
 # %% tags=["predict"]
-gml.predict("13.p2", "How many prompt tokens does vLLM's prefix cache reuse over the ten requests?",
+gml.predict("15.p2", "How many prompt tokens does vLLM's prefix cache reuse over the ten requests?",
             kind="number", unit="tokens")
 
 # %%
@@ -131,7 +131,7 @@ blocks16 = kv.simulate_prefix(hand, "vllm", num_blocks=100, block_size=16, max_r
 radix = kv.simulate_prefix(hand, "radix", num_blocks=100, block_size=16, max_running=1)
 print("vLLM, blocks of 16:", blocks16.hits_per_request)
 print("radix tree:        ", radix.hits_per_request)
-gml.reveal("13.p2", blocks16.hit_tokens)
+gml.reveal("15.p2", blocks16.hit_tokens)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert blocks16.hit_tokens == 9 * (70 // 16) * 16
@@ -190,7 +190,7 @@ assert host[("multi-turn", 4)] > host[("multi-turn", 1)] > 0
 # and offloads its states, then the engine wakes up.
 
 # %% tags=["predict"]
-gml.predict("13.p3", "Which setting lets the engine wake up?",
+gml.predict("15.p3", "Which setting lets the engine wake up?",
             choices=["as it is", "empty_cache() before wake_up()",
                      "empty_cache() with expandable_segments:True", "none of them"])
 
@@ -204,7 +204,7 @@ cycles = {
 for name, cycle in cycles.items():
     print(f"--- {name}\n{cycle.table()}\n")
 first = next((name for name, c in cycles.items() if c.woke), "none of them")
-gml.reveal("13.p3", first)
+gml.reveal("15.p3", first)
 
 # %% tags=["check"] jupyter={"source_hidden": true}
 assert not cycles["as it is"].woke and not cycles["empty_cache() before wake_up()"].woke
@@ -233,21 +233,21 @@ print(gml.experiment(["graph_pool_outputs"], gpu))
 #
 # Same card, same engine weights and graphs, `empty_cache()` before the wake-up, default
 # allocator settings, but the engine now wants a larger KV cache than the 15 GiB above
-# (`KV_13()`), and the trainer is an RL step that keeps 24 rollout buffers after it
-# (`BUFFERS_13`: log-probs, values, rewards of its rollouts) beside sixteen activations
-# (`ACTS_13`). Before `empty_cache()` the trainer may copy some buffers to the host, up to a copy
-# budget (`OFFLOAD_AT_MOST_13`). Which buffers should it offload so that the engine wakes up?
+# (`KV_15()`), and the trainer is an RL step that keeps 24 rollout buffers after it
+# (`BUFFERS_15`: log-probs, values, rewards of its rollouts) beside sixteen activations
+# (`ACTS_15`). Before `empty_cache()` the trainer may copy some buffers to the host, up to a copy
+# budget (`OFFLOAD_AT_MOST_15`). Which buffers should it offload so that the engine wakes up?
 # Reason from the trainer's own evidence: run its step on a card of your own
-# (`kv.TrainerStep(activations=ACTS_13, keep=BUFFERS_13).run(card)` returns the kept buffers, in
+# (`kv.TrainerStep(activations=ACTS_15, keep=BUFFERS_15).run(card)` returns the kept buffers, in
 # order) and read the block map. The check runs the cycle with your buffers offloaded.
 
 # %% tags=["exercise"]
-from gpumemlab.lessons.serving_memory import ACTS_13, BUFFERS_13, KV_13, OFFLOAD_AT_MOST_13
-gml.exercise("13.ex")
-print(f"KV cache {gml.format_size(KV_13())}, copy budget {gml.format_size(OFFLOAD_AT_MOST_13)}, "
-      f"{len(BUFFERS_13)} buffers adding up to {gml.format_size(sum(BUFFERS_13))}")
+from gpumemlab.lessons.serving_memory import ACTS_15, BUFFERS_15, KV_15, OFFLOAD_AT_MOST_15
+gml.exercise("15.ex")
+print(f"KV cache {gml.format_size(KV_15())}, copy budget {gml.format_size(OFFLOAD_AT_MOST_15)}, "
+      f"{len(BUFFERS_15)} buffers adding up to {gml.format_size(sum(BUFFERS_15))}")
 my_offload = []          # change this: the numbers of the buffers to copy to the host
-gml.exercise.check("13.ex", my_offload)
+gml.exercise.check("15.ex", my_offload)
 
 # %%
-gml.quiz("13")
+gml.quiz("15")
