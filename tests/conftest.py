@@ -1,7 +1,8 @@
 """Shared set-up for every test room (tests/<room>/, each a package named like the gpumemlab
 package it tests).
 
-The helper modules beside this file (snapshot_builders, seeded_run, lesson_runs, lesson_answers),
+The helper modules beside this file (snapshot_builders, seeded_run, lesson_runs, lesson_answers,
+fake_cuda_library),
 the classroom fixtures' builders (tests/fixtures/classroom) and the real-GPU recorder
 (tests/gpu/record_fixtures.py) are imported by plain name from any room, so their folders go on
 sys.path here, once, before any test module is imported."""
@@ -19,10 +20,8 @@ for folder in (TESTS, TESTS / "fixtures" / "classroom", TESTS / "gpu"):
 @pytest.fixture(scope="module")
 def library():
     """The planner's fake-CUDA library, built once (tests/planner and tests/cli use it); a
-    machine that cannot build it skips the test with the reason."""
-    from gpumemlab.recordings import fake_cuda
+    machine without a C++ compiler skips the test with the reason, a build that fails fails it
+    (fake_cuda_library.library_or_skip)."""
+    from fake_cuda_library import library_or_skip
 
-    try:
-        return fake_cuda.build()
-    except fake_cuda.FakeCudaUnavailable as exc:
-        pytest.skip(str(exc))
+    return library_or_skip()

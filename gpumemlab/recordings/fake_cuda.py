@@ -42,7 +42,7 @@ import sys
 from . import fake_cuda_cache, fake_cuda_nodriver
 
 __all__ = ["SOURCE", "library_path", "cuda_build", "build", "preload", "status", "no_cuda_device",
-           "NO_BACKWARD", "FakeCudaUnavailable"]
+           "NO_BACKWARD", "FakeCudaUnavailable", "FakeCudaBuildFailed"]
 
 SOURCE = r"""
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -97,6 +97,11 @@ _state = {"loaded": False, "reason": None}
 
 class FakeCudaUnavailable(RuntimeError):
     """Fake CUDA tensors cannot be had in this process; the message says why and what to do."""
+
+
+class FakeCudaBuildFailed(FakeCudaUnavailable):
+    """The machine has what the build needs (Linux, a C++ compiler) and compiling the library with
+    this torch failed: a defect of the kit or of that torch build, never a missing tool."""
 
 
 def _torch_dir() -> str:
@@ -213,7 +218,7 @@ def build(quiet: bool = True) -> str | None:
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if run.returncode != 0 or not os.path.exists(path):
         last = (run.stderr or run.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise FakeCudaUnavailable(f"building the fake-CUDA library failed: {last[0][:300]}")
+        raise FakeCudaBuildFailed(f"building the fake-CUDA library failed: {last[0][:300]}")
     return fake_cuda_cache.record_digest(folder)
 
 

@@ -25,8 +25,8 @@ import pytest
 import gpumemlab
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SKIP_DIRS = {".git", ".venv", "__pycache__", ".ipynb_checkpoints", ".hypothesis", "build", "dist",
-             ".pytest_cache"}
+SKIP_DIRS = {".git", ".venv", ".venv-torch", "__pycache__", ".ipynb_checkpoints", ".hypothesis", "build",
+             "dist", ".pytest_cache"}
 TOP = {p.name for p in ROOT.iterdir()}
 
 # A path: at least one slash, made of name characters and placeholders, optionally #anchor.

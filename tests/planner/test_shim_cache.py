@@ -54,7 +54,7 @@ def test_a_private_folder_with_its_recorded_digest_is_used(tmp_path, monkeypatch
     assert fake_cuda.build() == lib                          # no compiler needed: it is cached
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user owns needs root")
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root: making a folder another user owns")
 def test_a_folder_owned_by_another_user_is_not_used(tmp_path, monkeypatch):
     base, folder = _layout(tmp_path, monkeypatch)
     planted = _plant(folder)
@@ -138,3 +138,20 @@ class _Failed:
 
 def _no_compile(*args, **kwargs):
     return _Failed()
+
+
+def test_a_failed_build_fails_the_test_and_a_missing_compiler_skips_it(tmp_path, monkeypatch):
+    """The planner tests' library fixture (fake_cuda_library): a compiler that stops is a failure
+    (issue 33: a build failure is never a skip); no compiler at all is a skip saying what to install."""
+    from fake_cuda_library import library_or_skip
+    _layout(tmp_path, monkeypatch)
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: "c++")
+    monkeypatch.setattr(fake_cuda.subprocess, "run", _no_compile)
+    outcomes = (pytest.fail.Exception, pytest.skip.Exception)   # a skip must not end this test
+    with pytest.raises(outcomes) as failed:
+        library_or_skip()
+    assert failed.type is pytest.fail.Exception and "compiler stopped" in str(failed.value)
+    monkeypatch.setattr(fake_cuda, "_compiler", lambda: None)
+    with pytest.raises(outcomes) as skipped:
+        library_or_skip()
+    assert skipped.type is pytest.skip.Exception and "need a C++ compiler: install one" in str(skipped.value)

@@ -161,7 +161,8 @@ def test_a_cuda_build_without_a_driver_wants_its_hooks_built(monkeypatch, tmp_pa
 def test_after_torch_is_imported_fake_cuda_falls_back_to_cpu_labelled():
     from gpumemlab.recordings import fake_cuda
     if torch.backends.cuda.is_built():
-        pytest.skip("a CUDA build of torch makes fake CUDA tensors itself")
+        pytest.skip("CPU builds only: a CUDA build of torch makes fake CUDA tensors itself, "
+                    "so there is no fallback to fake CPU tensors to check")
     assert fake_cuda.preload() is False
     assert "before" in fake_cuda.status()["reason"]
     fs = fake_tensors("auto")
