@@ -123,6 +123,8 @@ def _failed(r: dict) -> str:
 def _text(r: dict) -> str:
     if r["fits"] is None:
         verdict = "not known: the script stopped before the end (the peaks are up to there)"
+        if r.get("exit_status"):
+            verdict += f"; exit status {r['exit_status']}"
     else:
         verdict = "fits" if r["fits"] else "does NOT fit: " + _failed(r)
     lines = [f"{r['script']} on a {format_size(r['total_memory_bytes'])} simulated card "

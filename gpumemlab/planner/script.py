@@ -40,6 +40,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .compile_eager import eager_compile
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
+    from .nvidia_smi import fake_nvidia_smi
     from .offline import describe, offline
     from .plan import NOT_SEEN
 
@@ -60,14 +61,15 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     status, error, stopped_at = 0, None, None
     compiled, refused = {"calls": 0}, []
     try:
-        with offline() as refused, cuda_shim(card, capability), checkpoints(), \
+        with offline() as refused, cuda_shim(card, capability), fake_nvidia_smi(card), \
+                checkpoints(), \
                 eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec:
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if status and refused:     # it gave up after a refused download: say so
+        if status:                 # a non-zero exit is the script's own verdict: it stopped
             stopped_at = _stopped_at(exc, script)
-            error = describe(refused) + _at(stopped_at)
+            error = (describe(refused) if refused else _exit_error(exc, status)) + _at(stopped_at)
     except Exception as exc:       # one line, and the script's frame where it stopped
         status, stopped_at = 1, _stopped_at(exc, script)
         if refused:                # whatever it raised, the cause was the refused download
@@ -153,6 +155,14 @@ def _stopped_at(exc, script):
 def _at(where) -> str:
     return f" at {os.path.basename(where['file'])}:{where['line']} in {where['function']}" \
         if where else ""
+
+
+def _exit_error(exc, status) -> str:
+    """``sys.exit(1)``, ``sys.exit("message")``, ``raise SystemExit(2)``: the status, and the
+    message where it gave one (Python prints it and exits 1)."""
+    said = f" ({str(exc.code).strip().splitlines()[0][:200]})" \
+        if isinstance(exc.code, str) and str(exc.code).strip() else ""
+    return f"the script exited with status {status}{said}"
 
 
 def _own_error(exc, where) -> str:

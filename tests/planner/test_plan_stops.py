@@ -33,3 +33,19 @@ def test_the_text_verdict_of_a_stopped_plan_is_not_known(library):
     assert "not known: the script stopped before the end" in run.stdout
     assert "fits" not in run.stdout.split("not known")[0].split("\n")[-1]
     assert "Traceback" not in run.stderr and "UserWarning" not in run.stderr
+
+
+EXITS = os.path.join(TESTS, "fixtures", "planner", "exits_nonzero.py")
+
+
+def test_a_non_zero_exit_is_the_scripts_stop_not_a_fit(library):
+    run = _plan("--json", EXITS)
+    assert run.returncode == 2
+    r = json.loads(run.stdout)
+    assert r["fits"] is None and r["exit_status"] == 1
+    assert r["error"] == "the script exited with status 1 at exits_nonzero.py:11 in <module>"
+    assert os.path.samefile(r["stopped_at"]["file"], EXITS) and r["stopped_at"]["line"] == 11
+    assert r["peak_allocated_bytes"] >= 2 * 256 * 256 * 4
+    text = _plan(EXITS)
+    assert "not known: the script stopped before the end" in text.stdout
+    assert "exit status 1" in text.stdout and "exited with status 1" in text.stderr
