@@ -117,7 +117,7 @@ def _table(s: dict) -> str:
     used, total = s["used"] // MIB, s["total"] // MIB
     bar = "+" + "-" * 31 + "+" + "-" * 22 + "+" + "-" * 22 + "+"
     usage = f"{used}MiB / {total}MiB"
-    rows = [bar, f"| NVIDIA-SMI (gpumemlab plan: the simulated card){' ' * 28}|", bar,
+    rows = [bar, f"{'| NVIDIA-SMI (gpumemlab plan: the simulated card)':<78}|", bar,
             "| GPU  Name                     | Bus-Id        Disp.A | Volatile Uncorr. ECC |",
             "| Fan  Temp  Perf  Pwr:Usage/Cap|         Memory-Usage | GPU-Util  Compute M. |",
             "|" + "=" * 31 + "+" + "=" * 22 + "+" + "=" * 22 + "|",
@@ -125,7 +125,7 @@ def _table(s: dict) -> str:
             f"| N/A   N/A   N/A    N/A /  N/A | {usage:>20} | {'N/A      Default':>20} |",
             bar, "", "+" + "-" * 77 + "+",
             f"| Processes:{' ' * 66}|",
-            f"|  GPU   PID   Type   Process name{' ' * 28}GPU Memory |",
+            f"{'|  GPU   PID   Type   Process name':<67}GPU Memory |",
             "|" + "=" * 77 + "|",
             f"|    0 {s['pid']:>7}    C   {s['process'][:40]:<40} {str(used) + 'MiB':>13} |",
             "+" + "-" * 77 + "+"]
