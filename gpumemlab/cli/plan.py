@@ -21,6 +21,7 @@ import tempfile
 from gpumemlab.cli import CLIError
 from gpumemlab.cli.progress import add_quiet, ticker
 from gpumemlab.planner.plan import CUDA_CONTEXT_BYTES
+from gpumemlab.planner.time_limit import DEFAULT_TIME_LIMIT
 from gpumemlab.units import format_size, parse_size
 
 
@@ -42,6 +43,9 @@ def register(subparsers) -> None:
     p.add_argument("--arch", choices=("sm80", "sm90"), default="sm80",
                    help="the card's generation: its cuBLAS workspace size (8 MiB + 128 KiB before "
                         "Hopper, 32 MiB + 128 KiB on sm90) and get_device_capability()")
+    p.add_argument("--time-limit", metavar="SECONDS", type=float, default=DEFAULT_TIME_LIMIT,
+                   help=f"stop the script after this long and say where it was (default "
+                        f"{DEFAULT_TIME_LIMIT} s; 0: no limit)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_quiet(p)
     p.add_argument("script", help="the Python script to run")
@@ -70,14 +74,25 @@ def cmd_plan(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpumemlab-plan-") as tmp:
         out = os.path.join(tmp, "result.json")
         config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
-                  "arch": args.arch, "result": out, "host_memory": host_memory}
+                  "arch": args.arch, "result": out, "host_memory": host_memory,
+                  "time_limit": args.time_limit or None}
         cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
                args.script, *args.args]
         env = dict(os.environ)
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
         with ticker(args, f"plan: running {os.path.basename(args.script)}") as tick:
-            returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick)
+            # the process stops the script at the limit itself; past that and a grace for
+            # writing the result (a script stuck inside one C call), it is ended from here
+            hard = args.time_limit + KILL_GRACE_S if args.time_limit else None
+            try:
+                returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick,
+                                         hard)
+            except subprocess.TimeoutExpired:
+                raise CLIError(f"the script ran past the time limit of {args.time_limit:g} s "
+                               f"and did not stop there (inside one long call?); the planning "
+                               f"process was ended {KILL_GRACE_S} s later, without a result") \
+                    from None
         if not os.path.exists(out):
             raise CLIError(f"the planning process ended without a result (exit status "
                            f"{returncode})")
@@ -95,16 +110,30 @@ def cmd_plan(args) -> int:
     return 0 if result["fits"] else 1
 
 
-def _run_script(cmd, env, out, tick) -> int:
+KILL_GRACE_S = 120
+
+
+def _run_script(cmd, env, out, tick, timeout=None) -> int:
     """Run the planning process, its output shown as it comes: straight to the terminal, or,
-    under a progress line, line by line above it (unbuffered, so that it is not held back)."""
+    under a progress line, line by line above it (unbuffered, so that it is not held back).
+    Past ``timeout`` seconds it is killed (``subprocess.TimeoutExpired``)."""
     if not tick.on:
-        return subprocess.run(cmd, env=env, stdout=out if out is sys.stderr else None).returncode
+        return subprocess.run(cmd, env=env, stdout=out if out is sys.stderr else None,
+                              timeout=timeout).returncode
     env = dict(env, PYTHONUNBUFFERED="1")
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace") as proc:
+        timer, fired = None, []
+        if timeout:
+            import threading
+            timer = threading.Timer(timeout, lambda: (fired.append(True), proc.kill()))
+            timer.start()
         for line in proc.stdout:
             tick.line(line, out)
+        if timer is not None:
+            timer.cancel()
+    if fired:
+        raise subprocess.TimeoutExpired(cmd, timeout)
     return proc.returncode
 
 

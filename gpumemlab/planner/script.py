@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from gpumemlab.recordings import fake_cuda
 from gpumemlab.recordings.capture import CUBLAS_WORKSPACE_BYTES
@@ -26,9 +27,11 @@ ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 10
 
 
 def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
-               context_bytes: int, arch: str = "sm80", host_memory: int | None = None) -> dict:
+               context_bytes: int, arch: str = "sm80", host_memory: int | None = None,
+               time_limit_s: float | None = None) -> dict:
     """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded).
-    ``host_memory``: a budget for the pinned host memory the script asks for (None: none)."""
+    ``host_memory``: a budget for the pinned host memory the script asks for (None: none);
+    ``time_limit_s``: stop it after that many seconds (``time_limit.py``; None or 0: never)."""
     import runpy
 
     import torch
@@ -42,6 +45,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .live_card import LiveCard
     from .nvidia_smi import fake_nvidia_smi
     from .offline import describe, offline
+    from .time_limit import PlanTimeLimit, limit_line, time_limit
     from .plan import NOT_SEEN
 
     from .script_mode import ScriptFakeMode, data_factories_on_cpu, formatted_scalars
@@ -59,12 +63,17 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     warnings.filterwarnings("ignore", message="PyTorch was compiled without cuDNN")
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
     status, error, stopped_at = 0, None, None
-    compiled, refused = {"calls": 0}, []
+    compiled, refused, clock = {"calls": 0}, [], {"start": time.monotonic()}
     try:
         with offline() as refused, cuda_shim(card, capability), fake_nvidia_smi(card), \
                 checkpoints(), \
-                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec:
+                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec, \
+                time_limit(mode, time_limit_s) as clock:
             runpy.run_path(script, run_name="__main__")
+    except PlanTimeLimit as exc:   # ours, not the script's: where it was, and how far it got
+        status, stopped_at = 1, _stopped_at(exc, script)
+        error = limit_line(time_limit_s, mode.ops, time.monotonic() - clock["start"],
+                           _at(stopped_at))
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if status:                 # a non-zero exit is the script's own verdict: it stopped
@@ -116,6 +125,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
         "error": error, "placeholder_reads": mode.placeholder_reads,
         "network_refused": list(dict.fromkeys(refused))[:10],
+        "time_limit_s": time_limit_s or None, "operators": mode.ops,
     }
 
 
@@ -183,7 +193,8 @@ def main(args: list) -> int:
                             alloc_conf=config.get("alloc_conf", ""),
                             context_bytes=config["context_bytes"],
                             arch=config.get("arch", "sm80"),
-                            host_memory=config.get("host_memory"))
+                            host_memory=config.get("host_memory"),
+                            time_limit_s=config.get("time_limit"))
     with open(config["result"], "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0

@@ -28,9 +28,11 @@ script needs and a single planned step does not.
 from __future__ import annotations
 
 from .host_ledger import HostLedger
+from .time_limit import RETRY_S, PlanTimeLimit
 
 import contextlib
 import math
+import time
 
 __all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu", "formatted_scalars"]
 
@@ -83,8 +85,14 @@ def _mode_class():
             self.placeholder_reads = 0
             self.real_cpu_ops = 0
             self.host = HostLedger(alloc_conf)
+            self.ops = 0                # operators dispatched (the time limit's rate)
+            self.deadline = None        # time.monotonic() past which the script is stopped
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.deadline = time.monotonic() + RETRY_S    # again, if it is swallowed
+                raise PlanTimeLimit("operator")
             kwargs = kwargs or {}
             if func in _AGREE and any(isinstance(a, FakeTensor) for a in args[:2]):
                 self.placeholder_reads += 1
