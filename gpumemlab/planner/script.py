@@ -44,7 +44,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
     from .nvidia_smi import fake_nvidia_smi
-    from .offline import describe, offline
+    from .offline import describe, hint, offline
     from .time_limit import PlanTimeLimit, limit_line, time_limit
     from .plan import NOT_SEEN
 
@@ -78,11 +78,12 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if status:                 # a non-zero exit is the script's own verdict: it stopped
             stopped_at = _stopped_at(exc, script)
-            error = (describe(refused) if refused else _exit_error(exc, status)) + _at(stopped_at)
+            error = (describe(refused) + _at(stopped_at) + hint(refused) if refused
+                     else _exit_error(exc, status) + _at(stopped_at))
     except Exception as exc:       # one line, and the script's frame where it stopped
         status, stopped_at = 1, _stopped_at(exc, script)
         if refused:                # whatever it raised, the cause was the refused download
-            error = describe(refused) + _at(stopped_at)
+            error = describe(refused) + _at(stopped_at) + hint(refused)
         else:
             error = explain(exc) if _fake_side(exc) else _own_error(exc, stopped_at)
     finally:
@@ -177,7 +178,8 @@ def _exit_error(exc, status) -> str:
 
 def _own_error(exc, where) -> str:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"the script raised {type(exc).__name__}: {msg[:240]}{_at(where)}"
+    said = f": {msg[:240]}" if msg else ""
+    return f"the script raised {type(exc).__name__}{said}{_at(where)}"
 
 
 def main(args: list) -> int:
