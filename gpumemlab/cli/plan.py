@@ -1,5 +1,5 @@
 """``gpumemlab plan [--total-memory SIZE] [--host-memory SIZE] [--alloc-conf CONF] [--context SIZE]
-[--arch sm80|sm90] [--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
+[--arch sm80|sm90] [--time-limit SECONDS] [--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
 simulated card and say whether it fits.
 
 The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
@@ -8,7 +8,7 @@ as it runs (on stderr with ``--json``, so that stdout is the JSON alone), under 
 on a terminal (``--quiet``: none). Exit status 0 when the script ran and the step fits, 1 when it
 ran and does NOT fit the card or the ``--host-memory`` budget for pinned host memory (like
 ``verify``'s 1: the answer is no; the output says which budget failed), 2 for input that cannot be planned
-or a script that stopped early.
+or a script that stopped early (its own error, a non-zero exit, the time limit).
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@
 fresh process, because the fake-CUDA library must be loaded before torch (``fake_cuda.preload``).
 The script runs as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``, its directory first
 on ``sys.path``, the caller's working directory) inside ``gml.capture(fake=..., device="cuda")``,
-with ``torch.cuda`` answering from a ``LiveCard`` (``cuda_shim.py``). When it ends, the result is
+with ``torch.cuda`` and ``nvidia-smi`` answering from a ``LiveCard`` (``cuda_shim.py``,
+``nvidia_smi.py``), offline (``offline.py``), under a time limit (``time_limit.py``). When it ends, the result is
 written as JSON to the path in CONFIG_JSON's ``"result"``: peak allocated and reserved over the
 window, the card, fits, the window, what fake tensors do not see, the first OOM, the script's exit
 status, or one line of error.
