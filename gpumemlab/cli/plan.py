@@ -75,7 +75,8 @@ def cmd_plan(args) -> int:
         out = os.path.join(tmp, "result.json")
         config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
                   "arch": args.arch, "result": out, "host_memory": host_memory,
-                  "time_limit": args.time_limit or None}
+                  "time_limit": args.time_limit or None,
+                  "started": os.path.join(tmp, "started")}
         cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
                args.script, *args.args]
         env = dict(os.environ)
@@ -87,7 +88,7 @@ def cmd_plan(args) -> int:
             hard = args.time_limit + KILL_GRACE_S if args.time_limit else None
             try:
                 returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick,
-                                         hard)
+                                         hard, config["started"])
             except subprocess.TimeoutExpired:
                 raise CLIError(f"the script ran past the time limit of {args.time_limit:g} s "
                                f"and did not stop there (inside one long call?); the planning "
@@ -113,25 +114,42 @@ def cmd_plan(args) -> int:
 KILL_GRACE_S = 120
 
 
-def _run_script(cmd, env, out, tick, timeout=None) -> int:
+def _watch(proc, timeout, started, fired):
+    """Kill ``proc`` once ``timeout`` seconds have passed since the script started (the file
+    ``started`` the planning process writes then: torch's import before it is not counted)."""
+    import time
+    while proc.poll() is None:
+        try:
+            late = time.time() - os.path.getmtime(started) > timeout
+        except OSError:
+            late = False
+        if late:
+            fired.append(True)
+            proc.kill()
+            return
+        time.sleep(1.0)
+
+
+def _run_script(cmd, env, out, tick, timeout=None, started=None) -> int:
     """Run the planning process, its output shown as it comes: straight to the terminal, or,
     under a progress line, line by line above it (unbuffered, so that it is not held back).
-    Past ``timeout`` seconds it is killed (``subprocess.TimeoutExpired``)."""
-    if not tick.on:
-        return subprocess.run(cmd, env=env, stdout=out if out is sys.stderr else None,
-                              timeout=timeout).returncode
-    env = dict(env, PYTHONUNBUFFERED="1")
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace") as proc:
-        timer, fired = None, []
+    Past ``timeout`` seconds after the script started it is killed
+    (``subprocess.TimeoutExpired``)."""
+    import threading
+    piped = tick.on
+    if piped:
+        env = dict(env, PYTHONUNBUFFERED="1")
+    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") \
+        if piped else dict(stdout=out if out is sys.stderr else None)
+    fired = []
+    with subprocess.Popen(cmd, env=env, **kw) as proc:
         if timeout:
-            import threading
-            timer = threading.Timer(timeout, lambda: (fired.append(True), proc.kill()))
-            timer.start()
-        for line in proc.stdout:
-            tick.line(line, out)
-        if timer is not None:
-            timer.cancel()
+            threading.Thread(target=_watch, args=(proc, timeout, started, fired),
+                             daemon=True).start()
+        if piped:
+            for line in proc.stdout:
+                tick.line(line, out)
+        proc.wait()
     if fired:
         raise subprocess.TimeoutExpired(cmd, timeout)
     return proc.returncode

@@ -29,7 +29,7 @@ ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 10
 
 def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
                context_bytes: int, arch: str = "sm80", host_memory: int | None = None,
-               time_limit_s: float | None = None) -> dict:
+               time_limit_s: float | None = None, started_file: str | None = None) -> dict:
     """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded).
     ``host_memory``: a budget for the pinned host memory the script asks for (None: none);
     ``time_limit_s``: stop it after that many seconds (``time_limit.py``; None or 0: never)."""
@@ -69,7 +69,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         with offline() as refused, cuda_shim(card, capability), fake_nvidia_smi(card), \
                 checkpoints(), \
                 eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec, \
-                time_limit(mode, time_limit_s) as clock:
+                time_limit(mode, time_limit_s, started_file) as clock:
             runpy.run_path(script, run_name="__main__")
     except PlanTimeLimit as exc:   # ours, not the script's: where it was, and how far it got
         status, stopped_at = 1, _stopped_at(exc, script)
@@ -197,7 +197,8 @@ def main(args: list) -> int:
                             context_bytes=config["context_bytes"],
                             arch=config.get("arch", "sm80"),
                             host_memory=config.get("host_memory"),
-                            time_limit_s=config.get("time_limit"))
+                            time_limit_s=config.get("time_limit"),
+                            started_file=config.get("started"))
     with open(config["result"], "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0

@@ -37,10 +37,14 @@ class PlanTimeLimit(BaseException):
 
 
 @contextlib.contextmanager
-def time_limit(mode, seconds):
+def time_limit(mode, seconds, started_file=None):
     """Stop the script with ``PlanTimeLimit`` after ``seconds`` (None or 0: no limit); yields a
-    dict with ``start`` and, once reached, ``reached``."""
+    dict with ``start`` and, once reached, ``reached``. ``started_file`` is written at the start
+    (the command ends a planning process stuck past the limit, counted from it)."""
     state = {"start": time.monotonic(), "seconds": seconds, "reached": False}
+    if started_file:
+        with open(started_file, "w", encoding="utf-8"):
+            pass
     if not seconds:
         yield state
         return
