@@ -1,5 +1,5 @@
 """``gpumemlab plan [--total-memory SIZE] [--host-memory SIZE] [--alloc-conf CONF] [--context SIZE]
-[--arch sm80|sm90] [--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
+[--arch sm80|sm90] [--time-limit SECONDS] [--json] SCRIPT.py [ARGS...]``: run an unmodified training or profiling script on fake CUDA tensors against a
 simulated card and say whether it fits.
 
 The script runs in a fresh Python process (``gpumemlab.planner.script``: the fake-CUDA library has
@@ -8,7 +8,7 @@ as it runs (on stderr with ``--json``, so that stdout is the JSON alone), under 
 on a terminal (``--quiet``: none). Exit status 0 when the script ran and the step fits, 1 when it
 ran and does NOT fit the card or the ``--host-memory`` budget for pinned host memory (like
 ``verify``'s 1: the answer is no; the output says which budget failed), 2 for input that cannot be planned
-or a script that stopped early.
+or a script that stopped early (its own error, a non-zero exit, the time limit).
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import tempfile
 from gpumemlab.cli import CLIError
 from gpumemlab.cli.progress import add_quiet, ticker
 from gpumemlab.planner.plan import CUDA_CONTEXT_BYTES
+from gpumemlab.planner.time_limit import DEFAULT_TIME_LIMIT
 from gpumemlab.units import format_size, parse_size
 
 
@@ -42,6 +43,9 @@ def register(subparsers) -> None:
     p.add_argument("--arch", choices=("sm80", "sm90"), default="sm80",
                    help="the card's generation: its cuBLAS workspace size (8 MiB + 128 KiB before "
                         "Hopper, 32 MiB + 128 KiB on sm90) and get_device_capability()")
+    p.add_argument("--time-limit", metavar="SECONDS", type=float, default=DEFAULT_TIME_LIMIT,
+                   help=f"stop the script after this long and say where it was (default "
+                        f"{DEFAULT_TIME_LIMIT} s; 0: no limit)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_quiet(p)
     p.add_argument("script", help="the Python script to run")
@@ -70,14 +74,26 @@ def cmd_plan(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gpumemlab-plan-") as tmp:
         out = os.path.join(tmp, "result.json")
         config = {"total_memory": total, "alloc_conf": args.alloc_conf, "context_bytes": context,
-                  "arch": args.arch, "result": out, "host_memory": host_memory}
+                  "arch": args.arch, "result": out, "host_memory": host_memory,
+                  "time_limit": args.time_limit or None,
+                  "started": os.path.join(tmp, "started")}
         cmd = [sys.executable, "-m", "gpumemlab.planner.script", json.dumps(config),
                args.script, *args.args]
         env = dict(os.environ)
         pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = pkg_root + os.pathsep + env.get("PYTHONPATH", "")
         with ticker(args, f"plan: running {os.path.basename(args.script)}") as tick:
-            returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick)
+            # the process stops the script at the limit itself; past that and a grace for
+            # writing the result (a script stuck inside one C call), it is ended from here
+            hard = args.time_limit + KILL_GRACE_S if args.time_limit else None
+            try:
+                returncode = _run_script(cmd, env, sys.stderr if args.json else sys.stdout, tick,
+                                         hard, config["started"])
+            except subprocess.TimeoutExpired:
+                raise CLIError(f"the script ran past the time limit of {args.time_limit:g} s "
+                               f"and did not stop there (inside one long call?); the planning "
+                               f"process was ended {KILL_GRACE_S} s later, without a result") \
+                    from None
         if not os.path.exists(out):
             raise CLIError(f"the planning process ended without a result (exit status "
                            f"{returncode})")
@@ -95,16 +111,47 @@ def cmd_plan(args) -> int:
     return 0 if result["fits"] else 1
 
 
-def _run_script(cmd, env, out, tick) -> int:
+KILL_GRACE_S = 120
+
+
+def _watch(proc, timeout, started, fired):
+    """Kill ``proc`` once ``timeout`` seconds have passed since the script started (the file
+    ``started`` the planning process writes then: torch's import before it is not counted)."""
+    import time
+    while proc.poll() is None:
+        try:
+            late = time.time() - os.path.getmtime(started) > timeout
+        except OSError:
+            late = False
+        if late:
+            fired.append(True)
+            proc.kill()
+            return
+        time.sleep(1.0)
+
+
+def _run_script(cmd, env, out, tick, timeout=None, started=None) -> int:
     """Run the planning process, its output shown as it comes: straight to the terminal, or,
-    under a progress line, line by line above it (unbuffered, so that it is not held back)."""
-    if not tick.on:
-        return subprocess.run(cmd, env=env, stdout=out if out is sys.stderr else None).returncode
-    env = dict(env, PYTHONUNBUFFERED="1")
-    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace") as proc:
-        for line in proc.stdout:
-            tick.line(line, out)
+    under a progress line, line by line above it (unbuffered, so that it is not held back).
+    Past ``timeout`` seconds after the script started it is killed
+    (``subprocess.TimeoutExpired``)."""
+    import threading
+    piped = tick.on
+    if piped:
+        env = dict(env, PYTHONUNBUFFERED="1")
+    kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") \
+        if piped else dict(stdout=out if out is sys.stderr else None)
+    fired = []
+    with subprocess.Popen(cmd, env=env, **kw) as proc:
+        if timeout:
+            threading.Thread(target=_watch, args=(proc, timeout, started, fired),
+                             daemon=True).start()
+        if piped:
+            for line in proc.stdout:
+                tick.line(line, out)
+        proc.wait()
+    if fired:
+        raise subprocess.TimeoutExpired(cmd, timeout)
     return proc.returncode
 
 
@@ -123,6 +170,8 @@ def _failed(r: dict) -> str:
 def _text(r: dict) -> str:
     if r["fits"] is None:
         verdict = "not known: the script stopped before the end (the peaks are up to there)"
+        if r.get("exit_status"):
+            verdict += f"; exit status {r['exit_status']}"
     else:
         verdict = "fits" if r["fits"] else "does NOT fit: " + _failed(r)
     lines = [f"{r['script']} on a {format_size(r['total_memory_bytes'])} simulated card "

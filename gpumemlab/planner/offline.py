@@ -24,7 +24,7 @@ import socket
 import sys
 import urllib.parse
 
-__all__ = ["offline", "OfflineError", "describe"]
+__all__ = ["offline", "OfflineError", "describe", "hint"]
 
 _state = {"on": False, "hooked": False, "urls": [], "refused": []}
 
@@ -90,8 +90,35 @@ def offline():
         _state["on"] = False
 
 
+# what to do, for the hosts that scripts download from without saying so (a library fetching a
+# vocabulary or weights on first use, into a cache of its own that an offline run reads)
+_HINTS = (
+    (("openaipublic.blob.core.windows.net",),
+     "tiktoken fetching its vocabulary: run it once online with TIKTOKEN_CACHE_DIR set to a "
+     "folder, then plan with TIKTOKEN_CACHE_DIR set to that folder"),
+    (("huggingface.co", "hf.co"),
+     "the Hugging Face Hub: download the model or data set once online (into HF_HOME's cache), "
+     "then plan with HF_HUB_OFFLINE=1"),
+    (("download.pytorch.org",),
+     "torch.hub or torchvision weights: put the file in $TORCH_HOME/hub/checkpoints (default "
+     "~/.cache/torch/hub/checkpoints)"),
+)
+
+
+def hint(refused: list) -> str:
+    """What to do about the first refused address: the library's cache where a known host is
+    named, else give the script the file."""
+    first = refused[0]
+    host = (_host_of(first) if "://" in first else first.rpartition(":")[0] or first) or ""
+    for hosts, text in _HINTS:
+        if any(host == h or host.endswith("." + h) for h in hosts):
+            return f" ({text})"
+    return " (download the file once elsewhere and give the script its local path)"
+
+
 def describe(refused: list) -> str:
-    """The plan's one line for a script that stopped after a refused download."""
+    """The plan's one line for a script that stopped after a refused download (the place it
+    stopped and ``hint`` follow it)."""
     first = refused[0]
     host, _, port = first.rpartition(":")
     if "://" in first:

@@ -4,7 +4,8 @@
 fresh process, because the fake-CUDA library must be loaded before torch (``fake_cuda.preload``).
 The script runs as ``python SCRIPT.py ARGS`` would (``__main__``, ``sys.argv``, its directory first
 on ``sys.path``, the caller's working directory) inside ``gml.capture(fake=..., device="cuda")``,
-with ``torch.cuda`` answering from a ``LiveCard`` (``cuda_shim.py``). When it ends, the result is
+with ``torch.cuda`` and ``nvidia-smi`` answering from a ``LiveCard`` (``cuda_shim.py``,
+``nvidia_smi.py``), offline (``offline.py``), under a time limit (``time_limit.py``). When it ends, the result is
 written as JSON to the path in CONFIG_JSON's ``"result"``: peak allocated and reserved over the
 window, the card, fits, the window, what fake tensors do not see, the first OOM, the script's exit
 status, or one line of error.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from gpumemlab.recordings import fake_cuda
 from gpumemlab.recordings.capture import CUBLAS_WORKSPACE_BYTES
@@ -26,9 +28,11 @@ ARCH = {"sm80": ((8, 0), CUBLAS_WORKSPACE_BYTES), "sm90": ((9, 0), 4096 * 8 * 10
 
 
 def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = "",
-               context_bytes: int, arch: str = "sm80", host_memory: int | None = None) -> dict:
+               context_bytes: int, arch: str = "sm80", host_memory: int | None = None,
+               time_limit_s: float | None = None, started_file: str | None = None) -> dict:
     """Run ``script`` with ``argv`` on fake CUDA tensors (the library must be preloaded).
-    ``host_memory``: a budget for the pinned host memory the script asks for (None: none)."""
+    ``host_memory``: a budget for the pinned host memory the script asks for (None: none);
+    ``time_limit_s``: stop it after that many seconds (``time_limit.py``; None or 0: never)."""
     import runpy
 
     import torch
@@ -40,7 +44,9 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     from .compile_eager import eager_compile
     from .cuda_shim import DEVICE_NAME, cuda_shim
     from .live_card import LiveCard
-    from .offline import describe, offline
+    from .nvidia_smi import fake_nvidia_smi
+    from .offline import describe, hint, offline
+    from .time_limit import PlanTimeLimit, limit_line, time_limit
     from .plan import NOT_SEEN
 
     from .script_mode import ScriptFakeMode, data_factories_on_cpu, formatted_scalars
@@ -58,20 +64,27 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
     warnings.filterwarnings("ignore", message="PyTorch was compiled without cuDNN")
     warnings.filterwarnings("ignore", message="Accessing the data pointer of FakeTensor")
     status, error, stopped_at = 0, None, None
-    compiled, refused = {"calls": 0}, []
+    compiled, refused, clock = {"calls": 0}, [], {"start": time.monotonic()}
     try:
-        with offline() as refused, cuda_shim(card, capability), checkpoints(), \
-                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec:
+        with offline() as refused, cuda_shim(card, capability), fake_nvidia_smi(card), \
+                checkpoints(), \
+                eager_compile() as compiled, data_factories_on_cpu(), formatted_scalars(), rec, \
+                time_limit(mode, time_limit_s, started_file) as clock:
             runpy.run_path(script, run_name="__main__")
+    except PlanTimeLimit as exc:   # ours, not the script's: where it was, and how far it got
+        status, stopped_at = 1, _stopped_at(exc, script)
+        error = limit_line(time_limit_s, mode.ops, time.monotonic() - clock["start"],
+                           _at(stopped_at))
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if status and refused:     # it gave up after a refused download: say so
+        if status:                 # a non-zero exit is the script's own verdict: it stopped
             stopped_at = _stopped_at(exc, script)
-            error = describe(refused) + _at(stopped_at)
+            error = (describe(refused) + _at(stopped_at) + hint(refused) if refused
+                     else _exit_error(exc, status) + _at(stopped_at))
     except Exception as exc:       # one line, and the script's frame where it stopped
         status, stopped_at = 1, _stopped_at(exc, script)
         if refused:                # whatever it raised, the cause was the refused download
-            error = describe(refused) + _at(stopped_at)
+            error = describe(refused) + _at(stopped_at) + hint(refused)
         else:
             error = explain(exc) if _fake_side(exc) else _own_error(exc, stopped_at)
     finally:
@@ -114,6 +127,7 @@ def run_script(script: str, argv: list, *, total_memory: int, alloc_conf: str = 
         "trace_entries": len(rec.trace), "not_seen": not_seen, "exit_status": status,
         "error": error, "placeholder_reads": mode.placeholder_reads,
         "network_refused": list(dict.fromkeys(refused))[:10],
+        "time_limit_s": time_limit_s or None, "operators": mode.ops,
     }
 
 
@@ -155,9 +169,18 @@ def _at(where) -> str:
         if where else ""
 
 
+def _exit_error(exc, status) -> str:
+    """``sys.exit(1)``, ``sys.exit("message")``, ``raise SystemExit(2)``: the status, and the
+    message where it gave one (Python prints it and exits 1)."""
+    said = f" ({str(exc.code).strip().splitlines()[0][:200]})" \
+        if isinstance(exc.code, str) and str(exc.code).strip() else ""
+    return f"the script exited with status {status}{said}"
+
+
 def _own_error(exc, where) -> str:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"the script raised {type(exc).__name__}: {msg[:240]}{_at(where)}"
+    said = f": {msg[:240]}" if msg else ""
+    return f"the script raised {type(exc).__name__}{said}{_at(where)}"
 
 
 def main(args: list) -> int:
@@ -173,7 +196,9 @@ def main(args: list) -> int:
                             alloc_conf=config.get("alloc_conf", ""),
                             context_bytes=config["context_bytes"],
                             arch=config.get("arch", "sm80"),
-                            host_memory=config.get("host_memory"))
+                            host_memory=config.get("host_memory"),
+                            time_limit_s=config.get("time_limit"),
+                            started_file=config.get("started"))
     with open(config["result"], "w", encoding="utf-8") as f:
         json.dump(result, f)
     return 0

@@ -28,9 +28,11 @@ script needs and a single planned step does not.
 from __future__ import annotations
 
 from .host_ledger import HostLedger
+from .time_limit import RETRY_S, PlanTimeLimit
 
 import contextlib
 import math
+import time
 
 __all__ = ["ScriptFakeMode", "REAL_CPU_LIMIT", "data_factories_on_cpu", "formatted_scalars"]
 
@@ -71,7 +73,7 @@ def _register_meta_kernels():
 def _mode_class():
     import torch
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-    from torch.utils._pytree import tree_flatten, tree_map
+    from torch.utils._pytree import tree_flatten, tree_leaves, tree_map
 
     aten = torch.ops.aten
 
@@ -83,8 +85,14 @@ def _mode_class():
             self.placeholder_reads = 0
             self.real_cpu_ops = 0
             self.host = HostLedger(alloc_conf)
+            self.ops = 0                # operators dispatched (the time limit's rate)
+            self.deadline = None        # time.monotonic() past which the script is stopped
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.deadline = time.monotonic() + RETRY_S    # again, if it is swallowed
+                raise PlanTimeLimit("operator")
             kwargs = kwargs or {}
             if func in _AGREE and any(isinstance(a, FakeTensor) for a in args[:2]):
                 self.placeholder_reads += 1
@@ -97,7 +105,16 @@ def _mode_class():
             pinned = bool(kwargs.get("pin_memory"))
             if pinned:                  # an ordinary CPU tensor, its pinned bytes counted
                 kwargs = dict(kwargs, pin_memory=False)
-            if _real_cpu(func, args, kwargs):
+            # one pass over the arguments: most operators have only fake tensors, and then
+            # neither the real-CPU test nor the conversion of real tensors is needed
+            has_fake = has_real = False
+            for a in tree_leaves((args, kwargs)):
+                if isinstance(a, torch.Tensor):
+                    if isinstance(a, FakeTensor):
+                        has_fake = True
+                    else:
+                        has_real = True
+            if not has_fake and _real_cpu(func, args, kwargs):
                 self.real_cpu_ops += 1
                 if func in _PIN:        # pinned host memory needs a CUDA host allocator
                     return self.host.pin(args[0].clone())
@@ -107,7 +124,8 @@ def _mode_class():
                 return self.host.pin(out) if pinned and isinstance(out, torch.Tensor) else out
             # a real CPU tensor going to the GPU (``.to("cuda")``, ``copy_``) becomes a fake one
             # first: FakeTensorMode runs an op with no fake input for real, on a CUDA it lacks
-            args, kwargs = tree_map(self._fake_of, (args, kwargs))
+            if has_real:
+                args, kwargs = tree_map(self._fake_of, (args, kwargs))
             out = super().__torch_dispatch__(func, types, args, kwargs)
             return self.host.pin(out) if pinned and isinstance(out, torch.Tensor) else out
 

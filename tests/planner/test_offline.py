@@ -11,7 +11,8 @@ def test_a_download_is_refused_and_named_with_the_scripts_line(library):
     assert run.returncode == 2 and r["fits"] is None
     assert r["error"] == ("the script tried to download https://data.example.org/cora.tgz; the "
                           "planner runs offline: give it local data at downloads_data.py:9 in "
-                          "<module>"), r["error"]
+                          "<module> (download the file once elsewhere and give the script its "
+                          "local path)"), r["error"]
     assert os.path.samefile(r["stopped_at"]["file"], script) and r["stopped_at"]["line"] == 9
     assert r["network_refused"] == ["https://data.example.org/cora.tgz"]
     assert r["peak_allocated_bytes"] >= 2 * 512 * 512 * 4     # w and its gradient, before it
@@ -42,3 +43,23 @@ def test_an_https_connection_without_a_url_reads_as_a_download():
         "offline")
     assert describe(["192.0.2.10:8080", "192.0.2.10:8080"]).startswith(
         "the script tried to connect to 192.0.2.10:8080; the planner")
+
+
+def test_a_known_library_download_says_what_to_do(library):
+    # llm.c's train_gpt2.py stops so at tiktoken.get_encoding("gpt2")
+    run, r, script = _plan("fetches_a_vocabulary.py", timeout=120)
+    assert run.returncode == 2 and r["fits"] is None
+    assert r["error"] == (
+        "the script tried to download from openaipublic.blob.core.windows.net (port 443); the "
+        "planner runs offline: give it local data at fetches_a_vocabulary.py:10 in <module> "
+        "(tiktoken fetching its vocabulary: run it once online with TIKTOKEN_CACHE_DIR set to a "
+        "folder, then plan with TIKTOKEN_CACHE_DIR set to that folder)"), r["error"]
+    assert "Traceback" not in run.stderr
+
+
+def test_the_hint_names_the_cache_of_the_host():
+    from gpumemlab.planner.offline import hint
+    assert "HF_HUB_OFFLINE=1" in hint(["https://huggingface.co/gpt2/resolve/main/config.json"])
+    assert "HF_HUB_OFFLINE=1" in hint(["cdn-lfs.huggingface.co:443"])
+    assert "hub/checkpoints" in hint(["https://download.pytorch.org/models/resnet18.pth"])
+    assert hint(["notpytorch.org:443"]).startswith(" (download the file once elsewhere")
