@@ -121,7 +121,7 @@ help(captured_step)
 for share in (False, True):
     card_g, graphs, outs = capture_graphs([8, 4, 2, 1], share=share)
     pools = {g.pool() for g in graphs}
-    print(f"share={share!s:5}: {count(len(pools), "pool")}, reserved {fmt(card_g.memory_reserved())} "
+    print(f"share={share!s:5}: {count(len(pools), 'pool')}, reserved {fmt(card_g.memory_reserved())} "
           f"for {fmt(card_g.memory_allocated())} of live outputs")
 
 # %% [markdown]

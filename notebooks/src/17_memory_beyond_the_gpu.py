@@ -262,7 +262,6 @@ print(f"only requests of at most {lesson.THRESHOLD_17} MiB are rounded, and a ro
 assert sum(pinned_for(n, conf) for n in sizes) < sum(pinned_for(n, "") for n in sizes)
 assert worst < lesson.THRESHOLD_17 * MiB // 2
 
-
 # %% [markdown]
 # `pinned_max_cached_size_mb` is the other cap: a block above it is neither rounded nor cached,
 # so freeing it unpins it at once, and the next pin pays a `cudaHostAlloc` again. Four buffers of

@@ -39,8 +39,18 @@ GML = re.compile(r"(?<![\w.])gml\.([A-Za-z_]\w*)")
 # an all-caps .md is a doc of ours and is checked.
 PLACEHOLDER_FILE = re.compile(r"^[A-Z][A-Z0-9_]*\.(?!md$)\w+$")
 # Lower-case names that are the reader's files, not ours, each with where it is used.
+CORPUS = "a public script of the planner's corpus (docs/PLANNER.md's table names its repository)"
 READERS_FILES = {
     "train.py": "a learner's own training script (lessons 05 and 06: PYTORCH_CUDA_ALLOC_CONF=... python train.py)",
+    "benchmarking_script.py": CORPUS,
+    "gpu_info.py": CORPUS,
+    "makemore.py": CORPUS,
+    "pred_watch.py": CORPUS,
+    "rnn_checkpoint.py": CORPUS,
+    "simple_conv_model.py": CORPUS,
+    "simple_model.py": CORPUS,
+    "train_gpt2.py": CORPUS,
+    "xformer_1_layer.py": CORPUS,
 }
 
 
