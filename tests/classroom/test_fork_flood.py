@@ -99,9 +99,18 @@ def test_hundreds_of_loops_in_a_sandbox_do_not_time_out_a_classmate(tmp_path):
 def test_hundreds_of_loops_as_an_unprivileged_uid_do_not_time_out_a_classmate(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("the unprivileged mode needs a root grader")
-    python = python_for_nobody(tmp_path / "python")
-    if python is None:
-        skip_or_fail("no interpreter here that an unprivileged user can start")
-    scores, feedback = _grade(tmp_path, python, "--no-sandbox")
+    import shutil
+    import tempfile
+
+    # pytest's tmp_path is under a 0700 folder of root's: the run's uid could not reach the venv
+    tmp = Path(tempfile.mkdtemp(prefix="gml-fork-flood-"))
+    try:
+        os.chmod(tmp, 0o755)
+        python = python_for_nobody(tmp / "python")
+        if python is None:
+            skip_or_fail("no interpreter here that an unprivileged user can start")
+        scores, feedback = _grade(tmp, python, "--no-sandbox")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     assert "stopped: timeout" not in feedback, feedback
     assert scores["honest"] == 5, feedback
