@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 from gpumemlab.devices.scenarios import device_chunk, ScenarioRun
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import exercise, numbered_answer
 from gpumemlab.units import format_size, MiB
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
@@ -79,15 +79,7 @@ def RECOMPUTE_AT_MOST_07() -> int:
 
 
 def _layer_numbers_07(answer) -> list:
-    n = len(EX_INTERNALS_07)
-    if not isinstance(answer, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in answer):
-        raise AnswerShapeError(f"the answer is a list of layer numbers, 0 to {n - 1}")
-    wrong = [i for i in answer if not 0 <= i < n]
-    if wrong:
-        raise AnswerShapeError(f"the layers are numbered 0 to {n - 1}; {wrong[:5]} are not "
-                               f"among them")
-    return sorted(set(answer))
+    return numbered_answer(answer, len(EX_INTERNALS_07), "layer")
 
 
 @exercise("07.ex", "which layers to checkpoint",

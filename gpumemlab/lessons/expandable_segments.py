@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import exercise, numbered_answer
 from gpumemlab.units import format_size, GiB, MiB
 from gpumemlab.quizkit.predict_rules import Misconception, question
 
@@ -94,15 +94,7 @@ def REQUEST_06() -> int:
 
 
 def _tensor_numbers(answer) -> list:
-    n = len(SIZES_06)
-    if not isinstance(answer, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in answer):
-        raise AnswerShapeError(f"the answer is a list of tensor numbers, 0 to {n - 1}")
-    wrong = [i for i in answer if not 0 <= i < n]
-    if wrong:
-        raise AnswerShapeError(f"the tensors are numbered 0 to {n - 1}; {wrong[:5]} are not "
-                               f"among them")
-    return sorted(set(answer))
+    return numbered_answer(answer, len(SIZES_06), "tensor")
 
 
 @exercise("06.ex", "free the tensors whose pages come back",

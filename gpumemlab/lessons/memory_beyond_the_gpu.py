@@ -15,7 +15,7 @@ usual rule of thumb, so a recomputed forward is one third of a step's layer work
 from __future__ import annotations
 
 from gpumemlab.planner.offload import copy_ms
-from gpumemlab.quizkit.exercise_base import AnswerShapeError, exercise
+from gpumemlab.quizkit.exercise_base import exercise, numbered_answer
 from gpumemlab.quizkit.predict_rules import Misconception, question
 from gpumemlab.units import GiB, MiB, format_size
 
@@ -178,15 +178,7 @@ def RECOMPUTE_AT_MOST_17() -> int:
 
 
 def _layer_numbers(answer) -> list:
-    n = len(EX_ACTS_17)
-    if not isinstance(answer, list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) for i in answer):
-        raise AnswerShapeError(f"the answer is a list of layer numbers, 0 to {n - 1}")
-    wrong = [i for i in answer if not 0 <= i < n]
-    if wrong:
-        raise AnswerShapeError(f"the layers are numbered 0 to {n - 1}; {wrong[:5]} are not "
-                               f"among them")
-    return sorted(set(answer))
+    return numbered_answer(answer, len(EX_ACTS_17), "layer")
 
 
 @exercise("17.ex", "which activations to offload to a small host",

@@ -86,6 +86,19 @@ def size_answer(answer, name: str = "the size") -> int:
         raise AnswerShapeError(str(exc)) from None
 
 
+
+def numbered_answer(answer, count: int, noun: str) -> list:
+    """``answer`` as a plan of numbered things (tensors, layers): a list of ints, each 0 to
+    ``count - 1``, returned sorted without repeats; anything else is AnswerShapeError."""
+    if not isinstance(answer, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in answer):
+        raise AnswerShapeError(f"the answer is a list of {noun} numbers, 0 to {count - 1}")
+    wrong = [i for i in answer if not 0 <= i < count]
+    if wrong:
+        raise AnswerShapeError(f"the {noun}s are numbered 0 to {count - 1}; {wrong[:5]} are not "
+                               f"among them")
+    return sorted(set(answer))
+
 def whole_mib_answer(answer, name: str = "the answer") -> int:
     """``answer`` as a whole number of MiB (the unit of PyTorch's ``*_mb`` settings), in MiB: an
     int, a float with no fraction (8.0), a bare number as text ("8") or a size with a unit
